@@ -1,0 +1,95 @@
+package session
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults for the options. Each option's doc says how it is validated.
+const (
+	// DefaultTTL is the lease TTL when WithTTL is not given.
+	DefaultTTL = 10 * time.Second
+	// MinTTL is the shortest TTL etcd grants (it rounds the lease TTL to
+	// whole seconds, with a floor of its own minimum).
+	MinTTL = 2 * time.Second
+)
+
+// Option configures a Session.
+type Option func(*options)
+
+type options struct {
+	ttl       time.Duration
+	heartbeat time.Duration // 0: ttl/3
+	margin    time.Duration // -1: default
+	leaseID   int64         // reuse an existing lease; 0: grant a new one
+	now       func() time.Time
+}
+
+func defaults() options {
+	return options{ttl: DefaultTTL, margin: -1, now: time.Now}
+}
+
+// WithTTL sets the lease TTL. Optional, defaults to DefaultTTL (10s). It must
+// be a whole number of seconds (etcd leases have second granularity) and at
+// least MinTTL.
+func WithTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
+
+// WithHeartbeat sets the interval between keepalives. Optional, defaults to
+// TTL/3. It must be positive and shorter than TTL − margin.
+func WithHeartbeat(d time.Duration) Option { return func(o *options) { o.heartbeat = d } }
+
+// WithSafetyMargin sets how long before the server could expire the lease the
+// session's local deadline fires. Optional, defaults to DefaultMargin(ttl).
+// It must be ≥ 0 and < TTL − heartbeat, so that a healthy session renews
+// before its deadline.
+func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
+
+// DefaultMargin returns the default safety margin for ttl: ttl/5, but at
+// least 500ms and at most 2s. The margin has to cover what separates the
+// server's expiry clock from ours: the one-way delay of the acknowledged
+// keepalive (counted from its send time, so already covered), clock rate
+// differences between the two monotonic clocks (well under 0.1% on any sane
+// host: 10ms on 10s), and the lag of etcd's lessor, which may expire a lease
+// up to ~500ms late but never early. 2s also absorbs a stop-the-world pause
+// of the holder of that length between checking Done and acting.
+func DefaultMargin(ttl time.Duration) time.Duration {
+	m := ttl / 5
+	if m < 500*time.Millisecond {
+		m = 500 * time.Millisecond
+	}
+	if m > 2*time.Second {
+		m = 2 * time.Second
+	}
+	return m
+}
+
+func (o *options) validate() error {
+	if o.ttl <= 0 {
+		return fmt.Errorf("%w: ttl %v must be positive", ErrInvalidOption, o.ttl)
+	}
+	if o.ttl < MinTTL {
+		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalidOption, o.ttl, MinTTL)
+	}
+	if o.ttl%time.Second != 0 {
+		return fmt.Errorf("%w: ttl %v is not a whole number of seconds (etcd lease granularity)", ErrInvalidOption, o.ttl)
+	}
+	if o.margin < 0 && o.margin != -1 {
+		return fmt.Errorf("%w: safety margin %v must not be negative", ErrInvalidOption, o.margin)
+	}
+	if o.margin == -1 {
+		o.margin = DefaultMargin(o.ttl)
+	}
+	if o.heartbeat < 0 {
+		return fmt.Errorf("%w: heartbeat %v must be positive", ErrInvalidOption, o.heartbeat)
+	}
+	if o.heartbeat == 0 {
+		o.heartbeat = o.ttl / 3
+	}
+	if o.heartbeat >= o.ttl {
+		return fmt.Errorf("%w: heartbeat %v must be shorter than ttl %v", ErrInvalidOption, o.heartbeat, o.ttl)
+	}
+	if o.margin >= o.ttl-o.heartbeat {
+		return fmt.Errorf("%w: safety margin %v must be shorter than ttl − heartbeat (%v − %v)", ErrInvalidOption, o.margin, o.ttl, o.heartbeat)
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Session is one etcd lease kept alive by one heartbeat loop. Every key a
+// session owns (locks, election candidacies) is bound to its lease, so when
+// the lease ends all of them are deleted together, atomically.
+//
+// The session keeps a local deadline: the send time of the last acknowledged
+// keepalive + TTL − safety margin, on the monotonic clock. Done closes at that
+// deadline if no later keepalive was acknowledged, which is before the server
+// can expire the lease (the server counts from when it received that
+// keepalive, which is after we sent it). A holder that watches Done therefore
+// stops acting before anyone else can be granted what it holds.
+//
+// A Session is safe for concurrent use. Close it when done; until then it
+// runs one goroutine.
+type Session struct {
+	cli  *clientv3.Client
+	id   clientv3.LeaseID
+	opts options
+
+	done     chan struct{}
+	stopLoop context.CancelFunc
+	loopDone chan struct{}
+
+	mu       sync.Mutex
+	deadline time.Time // carries a monotonic reading
+	err      error
+	closed   bool
+}
+
+// New grants a lease on cli and starts its heartbeat loop. It fails if an
+// option is invalid (the error names it and matches ErrInvalidOption), or if
+// the lease cannot be granted before ctx ends.
+func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
+	}
+	o := defaults()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	sent := o.now()
+	resp, err := cli.Grant(ctx, int64(o.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("session: grant lease: %w", err)
+	}
+	s := newSession(cli, resp.ID, o, sent.Add(time.Duration(resp.TTL)*time.Second-o.margin))
+	return s, nil
+}
+
+func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline time.Time) *Session {
+	loopCtx, stop := context.WithCancel(context.Background())
+	s := &Session{
+		cli:      cli,
+		id:       id,
+		opts:     o,
+		done:     make(chan struct{}),
+		stopLoop: stop,
+		loopDone: make(chan struct{}),
+		deadline: deadline,
+	}
+	go s.run(loopCtx, o.now())
+	return s
+}
+
+// Client returns the etcd client the session runs on.
+func (s *Session) Client() *clientv3.Client { return s.cli }
+
+// Lease returns the session's lease ID.
+func (s *Session) Lease() clientv3.LeaseID { return s.id }
+
+// TTL returns the lease TTL.
+func (s *Session) TTL() time.Duration { return s.opts.ttl }
+
+// Deadline returns the current local deadline: the moment Done will close
+// unless another keepalive is acknowledged first.
+func (s *Session) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+// Done returns a channel that is closed at the local deadline, when the
+// server reports the lease gone, or on Close. Once closed, every key the
+// session owns must be considered lost.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns nil while Done is open; after that, why it closed: ErrExpired
+// (the local deadline passed), an error matching both ErrLeaseGone and
+// ErrExpired (the server reported the lease gone), or ErrClosed.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close stops the heartbeat loop and revokes the lease, which deletes every
+// key the session owns in one step. It returns when the loop has exited.
+// Close is idempotent; later calls return nil. The revoke is attempted even
+// if the session already expired, and its error (other than "lease not
+// found") is returned.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+
+	s.stopLoop()
+	<-s.loopDone
+	s.end(ErrClosed)
+	_, err := s.cli.Revoke(ctx, s.id)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("session: revoke lease %x: %w", int64(s.id), err)
+	}
+	return nil
+}
+
+// end closes Done with err, once.
+func (s *Session) end(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return
+	}
+	s.err = err
+	close(s.done)
+}
+
+// extend moves the local deadline forward (never back).
+func (s *Session) extend(d time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.After(s.deadline) {
+		s.deadline = d
+	}
+}
+
+// retryInterval is the wait after a failed keepalive.
+func (s *Session) retryInterval() time.Duration {
+	r := s.opts.heartbeat / 4
+	return min(max(r, 50*time.Millisecond), time.Second)
+}
+
+// run is the heartbeat loop. It exits when ctx ends (Close) or the session
+// ends.
+func (s *Session) run(ctx context.Context, lastSend time.Time) {
+	defer close(s.loopDone)
+	next := lastSend.Add(s.opts.heartbeat)
+	hb := time.NewTimer(time.Until(next))
+	defer hb.Stop()
+	for {
+		deadline := s.Deadline()
+		expire := time.NewTimer(time.Until(deadline))
+		select {
+		case <-ctx.Done():
+			expire.Stop()
+			return
+		case <-expire.C:
+			s.end(ErrExpired)
+			return
+		case <-hb.C:
+			expire.Stop()
+		}
+		sent := s.opts.now()
+		kctx, cancel := context.WithDeadline(ctx, deadline)
+		resp, err := s.cli.KeepAliveOnce(kctx, s.id)
+		cancel()
+		switch {
+		case err == nil:
+			s.extend(sent.Add(time.Duration(resp.TTL)*time.Second - s.opts.margin))
+			hb.Reset(time.Until(sent.Add(s.opts.heartbeat)))
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.end(ErrLeaseGone)
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			if !time.Now().Before(s.Deadline()) {
+				s.end(ErrExpired)
+				return
+			}
+			hb.Reset(s.retryInterval())
+		}
+	}
+}
