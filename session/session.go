@@ -33,10 +33,15 @@ type Session struct {
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
 
-	mu       sync.Mutex
-	deadline time.Time // carries a monotonic reading
-	err      error
-	closed   bool
+	ctx    context.Context // cancelled with err as cause when the session ends
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	deadline  time.Time // carries a monotonic reading
+	err       error
+	closed    bool
+	afterDone map[uint64]func()
+	nextID    uint64
 }
 
 // New grants a lease on cli and starts its heartbeat loop. It fails if an
@@ -64,7 +69,11 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 
 func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline time.Time) *Session {
 	loopCtx, stop := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Session{
+		ctx:       ctx,
+		cancel:    cancel,
+		afterDone: make(map[uint64]func()),
 		cli:      cli,
 		id:       id,
 		opts:     o,
@@ -99,7 +108,8 @@ func (s *Session) Deadline() time.Time {
 // session owns must be considered lost.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
-// Err returns nil while Done is open; after that, why it closed: ErrExpired
+// Err returns nil while the session is live; once it has ended (Done is
+// closed, or closing right now), why: ErrExpired
 // (the local deadline passed), an error matching both ErrLeaseGone and
 // ErrExpired (the server reported the lease gone), or ErrClosed.
 func (s *Session) Err() error {
@@ -132,15 +142,53 @@ func (s *Session) Close(ctx context.Context) error {
 	return nil
 }
 
-// end closes Done with err, once.
+// Context returns a context that is cancelled, with Err as its cause, when
+// Done closes. Use it to bound work that must stop with the session.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// AfterDone arranges for f to run when the session ends, synchronously and
+// before Done closes, so that whatever f signals is observable no later than
+// Done itself (lock grants use it to close their own Done channels first).
+// f must be fast and must not block or call Close. If the session has
+// already ended, f runs at once, in the calling goroutine. The returned stop
+// function unregisters f; it reports whether it stopped f from running.
+func (s *Session) AfterDone(f func()) (stop func() bool) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		f()
+		return func() bool { return false }
+	}
+	id := s.nextID
+	s.nextID++
+	s.afterDone[id] = f
+	s.mu.Unlock()
+	return func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.afterDone[id]
+		delete(s.afterDone, id)
+		return ok
+	}
+}
+
+// end ends the session with err, once: it runs the AfterDone functions,
+// then closes Done and cancels Context.
 func (s *Session) end(err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.err != nil {
+		s.mu.Unlock()
 		return
 	}
 	s.err = err
+	fns := s.afterDone
+	s.afterDone = nil
+	s.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
 	close(s.done)
+	s.cancel(err)
 }
 
 // extend moves the local deadline forward (never back).

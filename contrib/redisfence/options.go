@@ -1,0 +1,27 @@
+package redisfence
+
+import "fmt"
+
+// DefaultPrefix is the prefix of fence keys when WithPrefix is not given.
+const DefaultPrefix = "dlock:fence:"
+
+// Option configures a Guard.
+type Option func(*options) error
+
+type options struct {
+	prefix string
+}
+
+func defaults() options { return options{prefix: DefaultPrefix} }
+
+// WithPrefix sets the prefix of fence keys: the key for lock name n is
+// prefix+n. It must not be empty. Optional, defaults to DefaultPrefix.
+func WithPrefix(prefix string) Option {
+	return func(o *options) error {
+		if prefix == "" {
+			return fmt.Errorf("%w: WithPrefix: prefix is empty", ErrInvalidOption)
+		}
+		o.prefix = prefix
+		return nil
+	}
+}

@@ -1,0 +1,181 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/internal/queue"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/session"
+)
+
+// Leader is the state of an election as Leader and Observe report it: the
+// leader's value and epoch. The zero Leader means "no leader".
+//
+// Leader is a small value type: copy and compare it freely.
+type Leader struct {
+	Value string // the value the leader campaigned with or last proclaimed
+	Epoch uint64 // the leader's fence.Token Seq: its key's create revision
+}
+
+// IsZero reports whether l is the zero Leader ("no leader").
+func (l Leader) IsZero() bool { return l == Leader{} }
+
+// Election is a named election on one session: a handle to campaign in
+// (Campaign) and to watch (Leader, Observe). It is safe for concurrent use;
+// every Campaign call is an independent candidate with its own key.
+type Election struct {
+	s    *session.Session
+	name string
+	q    queue.Queue
+	opts options
+}
+
+// New returns the election called name on session s. The name must pass
+// lock.ValidateName: errors match both ErrInvalidName and
+// lock.ErrInvalidName. A nil session or a bad option returns an error
+// matching ErrInvalidOption. New does no I/O.
+func New(s *session.Session, name string, opts ...Option) (*Election, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: session is nil", ErrInvalidOption)
+	}
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Election{s: s, name: name, q: newQueue(s.Client(), o, name), opts: o}, nil
+}
+
+func validateName(name string) error {
+	if err := lock.ValidateName(name); err != nil {
+		return &nameError{err}
+	}
+	return nil
+}
+
+func newQueue(cli *clientv3.Client, o options, name string) queue.Queue {
+	return queue.Queue{Client: cli, Prefix: o.prefix + "/" + name + "/"}
+}
+
+// Name returns the election's name (the Name of its leaders' tokens).
+func (el *Election) Name() string { return el.name }
+
+// Prefix returns the etcd key prefix of the election's candidates (ends
+// with "/").
+func (el *Election) Prefix() string { return el.q.Prefix }
+
+// Campaign puts a candidate key holding value, bound to the session's
+// lease, and waits in create-revision order until it is the first key: then
+// it returns the leader's Term. Before reporting leadership it re-reads, in
+// one round trip, that its own key still exists and is first (etcd issue
+// #19597: concurrency.Election.Campaign can report leadership after its
+// lease expired), and checks that the session is still live.
+//
+// On any error the candidate's key is deleted with a context detached from
+// ctx and bounded by queue.CleanupTimeout, so a failed Campaign leaves
+// nothing behind. When ctx ends, the error matches ctx.Err(). When the
+// session ends before or while campaigning, the error matches ErrSessionDone
+// and Campaign never returns a Term. When the key is deleted by someone
+// else while waiting, the error matches ErrKeyDeleted.
+func (el *Election) Campaign(ctx context.Context, value string) (_ *Term, err error) {
+	if err := el.sessionErr(); err != nil {
+		return nil, err
+	}
+	key := el.q.NewKey(el.s.Lease())
+	defer func() {
+		if err != nil {
+			if cerr := el.q.Cleanup(ctx, key); cerr != nil {
+				err = fmt.Errorf("%w (and removing key %q failed: %v)", err, key, cerr)
+			}
+		}
+	}()
+	e, pred, err := el.q.Enqueue(ctx, key, value, el.s.Lease())
+	if err != nil {
+		return nil, el.wrap(ctx, "campaign", err)
+	}
+	fromRev := e.Rev
+	for {
+		if err := el.q.Wait(ctx, e, pred, fromRev, el.s.Done()); err != nil {
+			return nil, el.wrap(ctx, "campaign", err)
+		}
+		// etcd #19597: never report leadership without seeing our own key.
+		exists, first, rev, err := el.q.Head(ctx, e)
+		if err != nil {
+			return nil, el.wrap(ctx, "campaign", err)
+		}
+		if !exists {
+			return nil, el.wrap(ctx, "campaign", queue.ErrEntryGone)
+		}
+		if first == nil || first.CreateRevision == e.Rev {
+			break
+		}
+		// Not reachable while keys are only created at the end of the
+		// queue; wait for whoever is first rather than claim leadership.
+		pred, fromRev = first, rev+1
+	}
+	if err := el.sessionErr(); err != nil {
+		return nil, err
+	}
+	return &Term{el: el, e: e, value: value, done: make(chan struct{})}, nil
+}
+
+func (el *Election) sessionErr() error {
+	select {
+	case <-el.s.Done():
+		return fmt.Errorf("election %q: %w: %w", el.name, ErrSessionDone, el.s.Err())
+	default:
+		return nil
+	}
+}
+
+func (el *Election) wrap(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(err, queue.ErrStopped), errors.Is(err, queue.ErrEntryGone):
+		if serr := el.sessionErr(); serr != nil {
+			return serr
+		}
+		return fmt.Errorf("election %q: %s: %w while waiting", el.name, op, ErrKeyDeleted)
+	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+		return fmt.Errorf("election %q: %s: %w (%v)", el.name, op, ctx.Err(), err)
+	}
+	return fmt.Errorf("election %q: %s: %w", el.name, op, err)
+}
+
+// Leader returns the current leader: the value and epoch of the first key
+// by create revision. It returns an error matching ErrNoLeader if there is
+// none. The read is linearizable.
+func (el *Election) Leader(ctx context.Context) (Leader, error) {
+	resp, err := el.q.Client.Get(ctx, el.q.Prefix, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return Leader{}, el.wrap(ctx, "leader", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Leader{}, fmt.Errorf("election %q: %w", el.name, ErrNoLeader)
+	}
+	kv := resp.Kvs[0]
+	return Leader{Value: string(kv.Value), Epoch: uint64(kv.CreateRevision)}, nil
+}
+
+// Observe returns a channel that delivers the election's state: first the
+// current one, then every change of leader, every "no leader" (the zero
+// Leader) and every value a leader proclaims, in order. A slow reader may
+// miss intermediate states but always gets the latest one; Observe never
+// delivers a leader with a lower epoch than one it already delivered, and
+// never the same state twice in a row. It survives watch compaction, etcd
+// leader changes and reconnects by re-reading the keys and resuming.
+//
+// Observe runs one goroutine, which ends when ctx ends; the channel is then
+// closed. It does not use the session (only its client), so it keeps
+// working after the session ends.
+func (el *Election) Observe(ctx context.Context) <-chan Leader {
+	out := make(chan Leader)
+	ob := observer{q: el.q, hook: el.opts.readHook}
+	go ob.run(ctx, out)
+	return out
+}

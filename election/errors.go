@@ -1,0 +1,54 @@
+package election
+
+import (
+	"errors"
+	"strings"
+)
+
+var (
+	// ErrNoLeader is returned by Election.Leader when the election has no
+	// leader.
+	ErrNoLeader = errors.New("election: no leader")
+
+	// ErrLeadershipLost is returned by Proclaim and Resign, and reported by
+	// Term.Err, when the term ended before the call: the session's local
+	// deadline passed, its lease is gone, or the leader's key was deleted.
+	// The error also matches the cause: the session's error (for example
+	// session.ErrExpired) or ErrKeyDeleted.
+	ErrLeadershipLost = errors.New("election: leadership lost")
+
+	// ErrKeyDeleted is returned by Campaign when the candidate's key was
+	// deleted while it waited (by hand, or by a revoke of its lease that the
+	// session has not noticed yet), and matched by Term.Err, together with
+	// ErrLeadershipLost, when the leader's key was deleted.
+	ErrKeyDeleted = errors.New("election: key deleted")
+
+	// ErrResigned is reported by Term.Err, and returned by Proclaim, after a
+	// successful Resign.
+	ErrResigned = errors.New("election: resigned")
+
+	// ErrSessionDone is returned by Campaign, and by Run, when the session
+	// ended before or while campaigning. Campaign never returns a Term in
+	// that case. The error also matches the session's error.
+	ErrSessionDone = errors.New("election: session done")
+
+	// ErrInvalidName is returned by New and Run for a name that fails
+	// lock.ValidateName. The error matches both ErrInvalidName and
+	// lock.ErrInvalidName.
+	ErrInvalidName = errors.New("election: invalid name")
+
+	// ErrInvalidOption is returned by New for a nil session or a bad option,
+	// and by Run (and Config.Validate) for a bad Config field; the message
+	// names the field.
+	ErrInvalidOption = errors.New("election: invalid option")
+)
+
+// nameError is a lock.ValidateName error seen from this package: it matches
+// ErrInvalidName and lock.ErrInvalidName.
+type nameError struct{ err error }
+
+func (e *nameError) Error() string {
+	return "election: " + strings.TrimPrefix(e.err.Error(), "lock: ")
+}
+
+func (e *nameError) Unwrap() []error { return []error{ErrInvalidName, e.err} }

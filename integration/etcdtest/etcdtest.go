@@ -1,0 +1,322 @@
+// Package etcdtest starts etcd embedded in the test process, for dlock's
+// tests and for users' own: one call, one or three members on free loopback
+// ports, data in a temporary directory, fast election settings, everything
+// stopped by t.Cleanup. A fault proxy can sit between one client and the
+// cluster, to cut that client off (blackhole), pause or delay it.
+//
+//	c := etcdtest.New(t)                 // one member
+//	cli := c.Client(t)                   // closed at cleanup
+//	cli, p := c.ProxiedClient(t)         // through a fault proxy
+//	p.Blackhole()                        // the client hears nothing now
+//
+// # Caveats
+//
+//   - The embedded members run in the test process: a SIGSTOP of the test
+//     stops them too. Pause a holder by running it in a child process.
+//   - Election settings are fast (TickMs 50, ElectionMs 500): a loaded
+//     machine may see extra leader elections, which the code under test must
+//     tolerate anyway.
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+// StartTimeout bounds how long New waits for the cluster to be ready.
+const StartTimeout = 60 * time.Second
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	members    int
+	tickMs     uint
+	electionMs uint
+}
+
+// WithMembers sets the number of members: 1 (the default) or 3 (or any odd
+// number up to 7).
+func WithMembers(n int) Option { return func(c *config) { c.members = n } }
+
+// WithElection sets the raft heartbeat tick and election timeout.
+// Optional, defaults to 50ms and 500ms.
+func WithElection(tick, election time.Duration) Option {
+	return func(c *config) {
+		c.tickMs, c.electionMs = uint(tick/time.Millisecond), uint(election/time.Millisecond)
+	}
+}
+
+// Cluster is a running embedded etcd cluster. Its methods are safe for
+// concurrent use.
+type Cluster struct {
+	members []*Member
+}
+
+// Member is one embedded etcd member. Stop and Restart it to test member
+// loss; its data directory survives a restart.
+type Member struct {
+	name       string
+	dir        string
+	peerURL    url.URL
+	clientURL  url.URL
+	initial    string
+	cfg        config
+	mu         sync.Mutex
+	etcd       *embed.Etcd
+}
+
+// New starts an embedded etcd cluster and registers its shutdown with
+// t.Cleanup. It fails the test if the cluster is not ready within
+// StartTimeout.
+func New(t testing.TB, opts ...Option) *Cluster {
+	t.Helper()
+	cfg := config{members: 1, tickMs: 50, electionMs: 500}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.members < 1 || cfg.members > 7 || cfg.members%2 == 0 {
+		t.Fatalf("etcdtest: members = %d; want 1, 3, 5 or 7", cfg.members)
+	}
+	root, err := os.MkdirTemp("", "etcdtest-")
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+
+	c := &Cluster{}
+	var initial []string
+	for i := range cfg.members {
+		m := &Member{
+			name:      fmt.Sprintf("m%d", i),
+			dir:       filepath.Join(root, fmt.Sprintf("m%d", i)),
+			peerURL:   url.URL{Scheme: "http", Host: FreeAddr(t)},
+			clientURL: url.URL{Scheme: "http", Host: FreeAddr(t)},
+			cfg:       cfg,
+		}
+		initial = append(initial, m.name+"="+m.peerURL.String())
+		c.members = append(c.members, m)
+	}
+	t.Cleanup(c.stop)
+	errc := make(chan error, len(c.members))
+	for _, m := range c.members {
+		m.initial = strings.Join(initial, ",")
+		go func() { errc <- m.start(embed.ClusterStateFlagNew) }()
+	}
+	for range c.members {
+		if err := <-errc; err != nil {
+			t.Fatalf("etcdtest: %v", err)
+		}
+	}
+	return c
+}
+
+func (m *Member) start(state string) error {
+	ec := embed.NewConfig()
+	ec.Name = m.name
+	ec.Dir = m.dir
+	ec.ListenPeerUrls = []url.URL{m.peerURL}
+	ec.AdvertisePeerUrls = []url.URL{m.peerURL}
+	ec.ListenClientUrls = []url.URL{m.clientURL}
+	ec.AdvertiseClientUrls = []url.URL{m.clientURL}
+	ec.InitialCluster = m.initial
+	ec.InitialClusterToken = "etcdtest"
+	ec.ClusterState = state
+	ec.TickMs = m.cfg.tickMs
+	ec.ElectionMs = m.cfg.electionMs
+	ec.LogLevel = "error"
+	ec.LogOutputs = []string{"/dev/null"}
+	ec.UnsafeNoFsync = true // tests do not survive power loss
+	ec.SnapshotCount = 10000
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return fmt.Errorf("start member %s: %w", m.name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return fmt.Errorf("member %s: %w", m.name, err)
+	case <-time.After(StartTimeout):
+		e.Server.Stop()
+		e.Close()
+		return fmt.Errorf("member %s not ready within %v", m.name, StartTimeout)
+	}
+	m.mu.Lock()
+	m.etcd = e
+	m.mu.Unlock()
+	return nil
+}
+
+func (c *Cluster) stop() {
+	var wg sync.WaitGroup
+	for _, m := range c.members {
+		wg.Go(m.close)
+	}
+	wg.Wait()
+}
+
+func (m *Member) close() {
+	m.mu.Lock()
+	e := m.etcd
+	m.etcd = nil
+	m.mu.Unlock()
+	if e != nil {
+		e.Close()
+	}
+}
+
+// Members returns the cluster's members.
+func (c *Cluster) Members() []*Member { return c.members }
+
+// Endpoints returns the client URLs of all members.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.Endpoint())
+	}
+	return eps
+}
+
+// Endpoint returns the member's client URL.
+func (m *Member) Endpoint() string { return m.clientURL.String() }
+
+// Name returns the member's name.
+func (m *Member) Name() string { return m.name }
+
+// Stop stops the member (its data directory is kept).
+func (m *Member) Stop(t testing.TB) {
+	t.Helper()
+	m.close()
+}
+
+// Restart starts a stopped member again with its data.
+func (m *Member) Restart(t testing.TB) {
+	t.Helper()
+	if err := m.start(embed.ClusterStateFlagExisting); err != nil {
+		t.Fatalf("etcdtest: restart: %v", err)
+	}
+}
+
+// IsLeader reports whether the member is running and is the raft leader.
+func (m *Member) IsLeader() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.etcd != nil && m.etcd.Server.Leader() == m.etcd.Server.MemberID()
+}
+
+// Leader returns the current leader, waiting up to StartTimeout for one.
+func (c *Cluster) Leader(t testing.TB) *Member {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	for {
+		for _, m := range c.members {
+			if m.IsLeader() {
+				return m
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("etcdtest: no leader within %v", StartTimeout)
+		case <-time.After(20 * time.Millisecond): // polling raft state: there is no notification for it
+		}
+	}
+}
+
+// Config returns a client configuration for the cluster's endpoints.
+func (c *Cluster) Config() clientv3.Config {
+	return clientv3.Config{
+		Endpoints:   c.Endpoints(),
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	}
+}
+
+// Client returns a client of the whole cluster, closed by t.Cleanup.
+func (c *Cluster) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	return NewClient(t, c.Config())
+}
+
+// NewClient creates a client from cfg and closes it at t.Cleanup.
+func NewClient(t testing.TB, cfg clientv3.Config) *clientv3.Client {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatalf("etcdtest: client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// Proxy is a fault-injecting TCP proxy between one client and one member.
+type Proxy struct {
+	proxy.Server
+}
+
+// Blackhole drops all traffic in both directions; connections stay open, so
+// the client notices only through its own timeouts.
+func (p *Proxy) Blackhole() { p.BlackholeTx(); p.BlackholeRx() }
+
+// Unblackhole lets traffic through again.
+func (p *Proxy) Unblackhole() { p.UnblackholeTx(); p.UnblackholeRx() }
+
+// ProxiedClient returns a client that reaches the cluster only through a
+// fault proxy to the first member (or the member given), and the proxy.
+// Both are closed by t.Cleanup.
+func (c *Cluster) ProxiedClient(t testing.TB, member ...*Member) (*clientv3.Client, *Proxy) {
+	t.Helper()
+	m := c.members[0]
+	if len(member) > 0 {
+		m = member[0]
+	}
+	from := url.URL{Scheme: "tcp", Host: FreeAddr(t)}
+	to := url.URL{Scheme: "tcp", Host: m.clientURL.Host}
+	p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: to})
+	select {
+	case <-p.Ready():
+	case err := <-p.Error():
+		t.Fatalf("etcdtest: proxy: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	cfg := c.Config()
+	cfg.Endpoints = []string{"http://" + from.Host}
+	return NewClient(t, cfg), &Proxy{p}
+}
+
+// FreeAddr returns a loopback address "127.0.0.1:port" whose port was free a
+// moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("etcdtest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// GoleakOptions returns goleak options that ignore goroutines embedded etcd
+// and the gRPC runtime leave behind for a while after Close, for use in
+// TestMain: goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...).
+func GoleakOptions() []goleak.Option {
+	return []goleak.Option{}
+}

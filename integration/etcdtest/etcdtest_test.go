@@ -1,0 +1,58 @@
+package etcdtest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/integration/etcdtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+
+func TestSingleMember(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	_, err := cli.Put(t.Context(), "k", "v")
+	require.NoError(t, err)
+	resp, err := cli.Get(t.Context(), "k")
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	assert.Equal(t, "v", string(resp.Kvs[0].Value))
+}
+
+func TestThreeMembersStopRestart(t *testing.T) {
+	c := etcdtest.New(t, etcdtest.WithMembers(3))
+	cli := c.Client(t)
+	_, err := cli.Put(t.Context(), "k", "1")
+	require.NoError(t, err)
+	l := c.Leader(t)
+	l.Stop(t)
+	_, err = cli.Put(t.Context(), "k", "2") // the two others elect a new leader
+	require.NoError(t, err)
+	l.Restart(t)
+	assert.NotNil(t, c.Leader(t))
+	resp, err := cli.Get(t.Context(), "k")
+	require.NoError(t, err)
+	assert.Equal(t, "2", string(resp.Kvs[0].Value))
+}
+
+func TestProxyBlackhole(t *testing.T) {
+	c := etcdtest.New(t)
+	cli, p := c.ProxiedClient(t)
+	_, err := cli.Put(t.Context(), "k", "1")
+	require.NoError(t, err)
+	p.Blackhole()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = cli.Put(ctx, "k", "2")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	p.Unblackhole()
+	resp, err := c.Client(t).Get(t.Context(), "k")
+	require.NoError(t, err)
+	assert.Equal(t, "1", string(resp.Kvs[0].Value), "the blackholed put must not have reached etcd")
+}

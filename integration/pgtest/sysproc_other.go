@@ -1,0 +1,9 @@
+//go:build unix && !linux
+
+package pgtest
+
+import "syscall"
+
+func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: cred}
+}

@@ -1,0 +1,94 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// Start starts a server for t alone and stops it with t.Cleanup. When the
+// binaries are missing it skips t, or fails it under DLOCK_REQUIRE (see
+// internal/testenv); any other startup failure fails t.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s, err := StartServer(t.Context())
+	if err != nil {
+		if errors.Is(err, ErrNotInstalled) {
+			testenv.Missing(t, "postgres", err.Error())
+		}
+		t.Fatalf("start postgres: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stop postgres: %v", err)
+		}
+	})
+	return s
+}
+
+var shared struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// Shared wraps m so that its Run stops the server shared by NewDatabase (if
+// one was started) after the tests. Use it in TestMain:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Shared(m)) }
+func Shared(m interface{ Run() int }) interface{ Run() int } {
+	return sharedM{m}
+}
+
+type sharedM struct{ m interface{ Run() int } }
+
+func (s sharedM) Run() int {
+	code := s.m.Run()
+	if shared.srv != nil {
+		if err := shared.srv.Stop(); err != nil && code == 0 {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// NewDatabase returns the DSN of a fresh, empty database for t on the server
+// shared by the test binary, starting that server on first use. Missing
+// binaries skip t (or fail it under DLOCK_REQUIRE). The package's TestMain
+// must use Shared.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	shared.once.Do(func() {
+		// Not t.Context(): the server outlives t.
+		shared.srv, shared.err = StartServer(context.Background())
+	})
+	if shared.err != nil {
+		if errors.Is(shared.err, ErrNotInstalled) {
+			testenv.Missing(t, "postgres", shared.err.Error())
+		}
+		t.Fatalf("start postgres: %v", shared.err)
+	}
+	return newDatabase(t, shared.srv)
+}
+
+// NewDatabase returns the DSN of a fresh, empty database on s. It fails t
+// if the database cannot be created.
+func (s *Server) NewDatabase(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, s)
+}
+
+func newDatabase(t testing.TB, s *Server) string {
+	t.Helper()
+	name, err := s.CreateDatabase(t.Context())
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return s.DSN(name)
+}

@@ -1,0 +1,326 @@
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// Defaults, in one place.
+const (
+	// Binary is the redis-server executable looked up on PATH.
+	Binary = "redis-server"
+	// StartTimeout bounds how long Start and Restart wait for the server to
+	// answer PING.
+	StartTimeout = 10 * time.Second
+	// stopTimeout bounds how long Stop waits for a graceful exit before it
+	// kills the process.
+	stopTimeout = 5 * time.Second
+	// portAttempts is how many fresh ports Start tries.
+	portAttempts = 5
+)
+
+// Option configures a Server.
+type Option func(*config)
+
+type config struct {
+	args []string
+}
+
+// WithArgs appends redis-server command-line arguments, for example
+// WithArgs("--replicaof", "127.0.0.1", "6379"). Optional, defaults to none.
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// Server is one redis-server process on a loopback port. Its methods are safe
+// for concurrent use. The process is killed when the test that started it
+// ends.
+type Server struct {
+	t    testing.TB
+	port int
+	dir  string
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	out    *syncBuffer
+}
+
+// Start starts a redis-server on a free loopback port and waits until it
+// answers PING. It skips (or fails, under DLOCK_REQUIRE) the test if the
+// binary is missing, and fails it if the server does not come up.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	path, err := exec.LookPath(Binary)
+	if err != nil {
+		testenv.Missing(t, "redis", fmt.Sprintf("%s not found on PATH: %v", Binary, err))
+		return nil
+	}
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	s := &Server{t: t, dir: t.TempDir(), args: c.args}
+	t.Cleanup(s.Kill)
+	var lastErr error
+	for range portAttempts {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: find a free port: %v", err)
+		}
+		s.port = port
+		if lastErr = s.start(path); lastErr == nil {
+			return s
+		}
+	}
+	t.Fatalf("redistest: start %s: %v", Binary, lastErr)
+	return nil
+}
+
+// StartN starts n independent servers (Redlock wants 5).
+func StartN(t testing.TB, n int, opts ...Option) []*Server {
+	t.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = Start(t, opts...)
+	}
+	return servers
+}
+
+// Clients returns one client per server, each closed when the test ends.
+func Clients(t testing.TB, servers []*Server) []goredis.UniversalClient {
+	t.Helper()
+	clients := make([]goredis.UniversalClient, len(servers))
+	for i, s := range servers {
+		clients[i] = s.Client(t)
+	}
+	return clients
+}
+
+// Addr returns the server's "127.0.0.1:port" address. It stays the same
+// across Restart.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port returns the server's port.
+func (s *Server) Port() int { return s.port }
+
+// Client returns a new client for the server, closed when t ends.
+func (s *Server) Client(t testing.TB) goredis.UniversalClient {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Config sets a server parameter with CONFIG SET, failing the test on error.
+func (s *Server) Config(key, value string) {
+	s.t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	if err := c.ConfigSet(ctx, key, value).Err(); err != nil {
+		s.t.Fatalf("redistest: CONFIG SET %s %s on %s: %v", key, value, s.Addr(), err)
+	}
+}
+
+// Kill stops the server at once with SIGKILL and waits for it to exit, like
+// a crash. It is a no-op if the server is not running.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.signalAndWait(syscall.SIGKILL, 0)
+}
+
+// Stop stops the server with SIGTERM (a clean shutdown; nothing is saved)
+// and waits for it to exit, killing it after a bounded wait. It is a no-op
+// if the server is not running.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.signalAndWait(syscall.SIGTERM, stopTimeout)
+}
+
+// Restart kills the server if it is running and starts it again, empty, on
+// the same port, failing the test if it does not come up.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	path, err := exec.LookPath(Binary)
+	if err != nil {
+		s.t.Fatalf("redistest: restart: %v", err)
+	}
+	// The port was just released; another process could bind it in
+	// between, so try a few times on the same port.
+	var lastErr error
+	for range portAttempts {
+		if lastErr = s.start(path); lastErr == nil {
+			return
+		}
+	}
+	s.t.Fatalf("redistest: restart %s on port %d: %v", Binary, s.port, lastErr)
+}
+
+// Running reports whether the server process is running.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exited == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *Server) start(path string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	args := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--maxmemory-policy", "noeviction",
+		"--dir", s.dir,
+		"--daemonize", "no",
+		"--loglevel", "warning",
+	}
+	args = append(args, s.args...)
+	cmd := exec.Command(path, args...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited, s.out = cmd, exited, out
+
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	if err := waitPing(ctx, s.Addr(), exited); err != nil {
+		s.signalAndWait(syscall.SIGKILL, 0)
+		return fmt.Errorf("%w; output: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// signalAndWait sends sig and waits for the exit; if grace > 0 and the
+// process is still running after it, it is killed. s.mu must be held.
+func (s *Server) signalAndWait(sig syscall.Signal, grace time.Duration) {
+	if s.cmd == nil {
+		return
+	}
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(sig)
+	if grace > 0 {
+		timer := time.NewTimer(grace)
+		defer timer.Stop()
+		select {
+		case <-s.exited:
+			return
+		case <-timer.C:
+			_ = s.cmd.Process.Kill()
+		}
+	}
+	<-s.exited
+}
+
+// waitPing dials addr until it answers PING with PONG, the process exits,
+// or ctx ends.
+func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
+	retry := time.NewTicker(10 * time.Millisecond)
+	defer retry.Stop()
+	var lastErr error
+	for {
+		if lastErr = ping(ctx, addr); lastErr == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("redis-server exited during start")
+		case <-ctx.Done():
+			return fmt.Errorf("no PONG from %s: %w (last error: %v)", addr, ctx.Err(), lastErr)
+		case <-retry.C:
+		}
+	}
+}
+
+func ping(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(line) != "+PONG" {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a child's
+// stdout and stderr.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

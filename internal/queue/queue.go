@@ -1,0 +1,231 @@
+// Package queue is the ordered-keys machinery shared by lock and election:
+// entries are keys under one prefix, bound to a session lease, ordered by
+// create revision. The first entry is the holder; every other entry waits for
+// its immediate predecessor to be deleted (one release wakes one waiter).
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// CleanupTimeout bounds the detached delete that removes an entry after a
+// cancelled or failed acquire.
+const CleanupTimeout = 5 * time.Second
+
+var seq atomic.Uint64
+
+// Queue is a prefix of ordered keys. Prefix ends with "/".
+type Queue struct {
+	Client *clientv3.Client
+	Prefix string
+}
+
+// Entry is one key in the queue.
+type Entry struct {
+	Key string
+	Rev int64 // create revision: the fencing token
+}
+
+// NewKey returns a key unique to this attempt: the lease in hex and a
+// process-wide counter.
+func (q Queue) NewKey(lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s%016x-%x", q.Prefix, int64(lease), seq.Add(1))
+}
+
+// Enqueue creates key (bound to lease, holding val) at the end of the queue
+// and returns it with its predecessor at that moment (nil: e is first, the
+// holder), in one round trip. If it fails, the key may or may not exist; the
+// caller must Cleanup.
+func (q Queue) Enqueue(ctx context.Context, key, val string, lease clientv3.LeaseID) (Entry, *mvccpb.KeyValue, error) {
+	resp, err := q.Client.Txn(ctx).Then(
+		clientv3.OpGet(q.Prefix, clientv3.WithLastCreate()...),
+		clientv3.OpPut(key, val, clientv3.WithLease(lease)),
+	).Commit()
+	if err != nil {
+		return Entry{Key: key}, nil, err
+	}
+	e := Entry{Key: key, Rev: resp.Header.Revision}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return e, kvs[0], nil
+	}
+	return e, nil, nil
+}
+
+// TryEnqueue creates key only if the queue is empty, in one round trip (a
+// Txn whose compare covers the whole prefix). If the queue is not empty it
+// returns ok=false, no key is created, and holder is the current first
+// entry.
+func (q Queue) TryEnqueue(ctx context.Context, key, val string, lease clientv3.LeaseID) (e Entry, holder *mvccpb.KeyValue, ok bool, err error) {
+	resp, err := q.Client.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(q.Prefix), "=", 0).WithPrefix(),
+	).Then(
+		clientv3.OpPut(key, val, clientv3.WithLease(lease)),
+	).Else(
+		clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...),
+	).Commit()
+	if err != nil {
+		return Entry{Key: key}, nil, false, err
+	}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			holder = kvs[0]
+		}
+		return Entry{}, holder, false, nil
+	}
+	return Entry{Key: key, Rev: resp.Header.Revision}, nil, true, nil
+}
+
+// ErrEntryGone is returned by Wait when the entry's own key disappeared
+// while it waited (its session ended or someone deleted it).
+var ErrEntryGone = errors.New("queue entry deleted while waiting")
+
+// Wait blocks until e is the first entry. pred is e's predecessor as
+// returned by Enqueue. It watches only the immediate predecessor; after each
+// deletion it re-reads, in one round trip, the new predecessor and whether e
+// itself still exists. It returns ErrEntryGone if e disappeared, the error of
+// stop's cause when stop closes, or ctx's error. It never deletes e.
+func (q Queue) Wait(ctx context.Context, e Entry, pred *mvccpb.KeyValue, fromRev int64, stop <-chan struct{}) error {
+	for pred != nil {
+		if err := q.waitDelete(ctx, string(pred.Key), fromRev, stop); err != nil {
+			return err
+		}
+		resp, err := q.Client.Txn(ctx).Then(
+			clientv3.OpGet(q.Prefix, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.Rev-1))...),
+			clientv3.OpGet(e.Key, clientv3.WithKeysOnly()),
+		).Commit()
+		if err != nil {
+			return err
+		}
+		if own := resp.Responses[1].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != e.Rev {
+			return ErrEntryGone
+		}
+		pred = nil
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			pred = kvs[0]
+		}
+		fromRev = resp.Header.Revision + 1
+	}
+	return nil
+}
+
+// ErrStopped is returned by Wait when stop closed.
+var ErrStopped = errors.New("queue wait stopped")
+
+// waitDelete returns when key is deleted at or after revision fromRev, or
+// when the watch ends for another reason (compaction, a broken stream): the
+// caller re-reads the queue either way.
+func (q Queue) waitDelete(ctx context.Context, key string, fromRev int64, stop <-chan struct{}) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := q.Client.Watch(wctx, key, clientv3.WithRev(fromRev), clientv3.WithFilterPut())
+	for {
+		select {
+		case <-stop:
+			return ErrStopped
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return nil // re-read the queue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// Remove deletes e if it is still the same key (same create revision): a
+// guarded delete that never removes a later entry. It reports whether a key
+// was deleted.
+func (q Queue) Remove(ctx context.Context, e Entry) (bool, error) {
+	resp, err := q.Client.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(e.Key), "=", e.Rev),
+	).Then(clientv3.OpDelete(e.Key)).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// Cleanup deletes key after a cancelled or failed acquire, with a context
+// detached from ctx and bounded by CleanupTimeout. The key is unique to the
+// attempt, so an unguarded delete can only remove our own entry.
+func (q Queue) Cleanup(ctx context.Context, key string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	_, err := q.Client.Delete(cctx, key)
+	return err
+}
+
+// Owned reports whether cmp-able entry e still exists: a Cmp that holds only
+// while e is the same key, for conditional writes inside etcd.
+func (e Entry) Owned() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(e.Key), "=", e.Rev)
+}
+
+// WatchGone blocks until e's key is deleted, stop closes (a nil stop never
+// does), or ctx ends; it reports true if the key is gone. It starts watching at fromRev
+// and re-reads the key whenever the watch breaks (compaction, reconnect).
+func (q Queue) WatchGone(ctx context.Context, e Entry, fromRev int64, stop <-chan struct{}) bool {
+	for {
+		wctx, cancel := context.WithCancel(ctx)
+		wch := q.Client.Watch(wctx, e.Key, clientv3.WithRev(fromRev), clientv3.WithFilterPut())
+		gone, broken := q.watchGoneOnce(ctx, wch, stop)
+		cancel()
+		if !broken {
+			return gone
+		}
+		// The watch broke: read the key directly before watching again.
+		resp, err := q.Client.Get(ctx, e.Key, clientv3.WithKeysOnly())
+		if err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			select {
+			case <-stop:
+				return false
+			case <-ctx.Done():
+				return false
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != e.Rev {
+			return true
+		}
+		fromRev = resp.Header.Revision + 1
+	}
+}
+
+func (q Queue) watchGoneOnce(ctx context.Context, wch clientv3.WatchChan, stop <-chan struct{}) (gone, broken bool) {
+	for {
+		select {
+		case <-stop:
+			return false, false
+		case <-ctx.Done():
+			return false, false
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				return false, true
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return true, false
+				}
+			}
+		}
+	}
+}

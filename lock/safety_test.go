@@ -1,0 +1,357 @@
+package lock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/session"
+)
+
+type waiterID struct{}
+
+// requestCounter counts unary etcd requests per waiter, identified by a
+// context value.
+type requestCounter struct {
+	mu sync.Mutex
+	n  map[int]int
+}
+
+func (rc *requestCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if id, ok := ctx.Value(waiterID{}).(int); ok {
+		rc.mu.Lock()
+		rc.n[id]++
+		rc.mu.Unlock()
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (rc *requestCounter) snapshot() map[int]int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	m := make(map[int]int, len(rc.n))
+	for k, v := range rc.n {
+		m[k] = v
+	}
+	return m
+}
+
+// Herd: with 100 waiters queued, each release makes exactly one waiter
+// issue etcd requests. Every waiter issues exactly one request to enqueue
+// and one after its predecessor's deletion before it is granted; a
+// thundering herd (every waiter re-reading on every release) would add
+// requests to the waiters still queued.
+func TestNoThunderingHerd(t *testing.T) {
+	const waiters = 100
+	c := etcdtest.New(t)
+	rc := &requestCounter{n: map[int]int{}}
+	cfg := c.Config()
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept)}
+	cli := etcdtest.NewClient(t, cfg)
+	s := newSession(t, cli)
+	ctx := ctxFor(t)
+	holder := newMutex(t, s, "herd")
+	h, err := holder.Lock(ctx)
+	require.NoError(t, err)
+
+	w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
+	granted := make(chan int)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range waiters {
+		wctx := context.WithValue(ctx, waiterID{}, i)
+		m := newMutex(t, s, "herd")
+		wg.Go(func() {
+			g, err := m.Lock(wctx)
+			if !assert.NoError(t, err) {
+				return
+			}
+			granted <- i
+			<-release
+			assert.NoError(t, g.Unlock(wctx))
+		})
+	}
+	waitPuts(t, w, waiters)
+	before := rc.snapshot()
+	for i := range waiters {
+		assert.Equal(t, 1, before[i], "waiter %d: one request to enqueue", i)
+	}
+	require.NoError(t, h.Unlock(ctx))
+	var prev = -1
+	for range waiters {
+		id := <-granted
+		now := rc.snapshot()
+		// Only the granted waiter (and the previous one, unlocking) issued
+		// requests since everyone enqueued.
+		for j := range waiters {
+			want := 1
+			switch {
+			case j == id:
+				want = 2
+			case j == prev:
+				want = 3
+			case now[j] > 1: // granted and released earlier
+				want = 3
+			}
+			assert.Equal(t, want, now[j], "after granting %d: waiter %d's requests", id, j)
+		}
+		prev = id
+		release <- struct{}{}
+	}
+	wg.Wait()
+}
+
+// A stale or retried Unlock never deletes the next holder's key.
+func TestStaleUnlock(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+	a := newMutex(t, newSession(t, cli), "stale")
+	b := newMutex(t, newSession(t, cli), "stale")
+
+	// Retried unlock: A unlocks, B is granted, A's Unlock is retried.
+	ha, err := a.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, ha.Unlock(ctx))
+	hb, err := b.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, ha.Unlock(ctx))
+	assert.Equal(t, int64(1), keyCount(t, cli, b.Prefix()), "B's key must survive A's retried Unlock")
+	require.NoError(t, hb.Unlock(ctx))
+
+	// Stale unlock: A's key is deleted behind its back, B is granted, A
+	// unlocks late.
+	ha, err = a.Lock(ctx)
+	require.NoError(t, err)
+	_, err = cli.Delete(ctx, ha.(*lock.Grant).Key())
+	require.NoError(t, err)
+	hb, err = b.Lock(ctx)
+	require.NoError(t, err)
+	require.ErrorIs(t, ha.Unlock(ctx), lock.ErrLockLost)
+	assert.Equal(t, int64(1), keyCount(t, cli, b.Prefix()), "B's key must survive A's stale Unlock")
+	_, err = b.TryLock(ctx)
+	assert.ErrorIs(t, err, lock.ErrLocked, "B still holds the lock")
+	require.NoError(t, hb.Unlock(ctx))
+}
+
+// A cancelled or failed acquire leaves no key behind.
+func TestCancelLeavesNoKey(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+	holder := newMutex(t, newSession(t, cli), "cancel")
+	h, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
+
+	// Cancel while waiting.
+	wctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	m := newMutex(t, newSession(t, cli), "cancel")
+	go func() { _, err := m.Lock(wctx); errc <- err }()
+	waitPuts(t, w, 1)
+	cancel()
+	err = <-errc
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, int64(1), keyCount(t, cli, holder.Prefix()), "only the holder's key remains")
+
+	// Deadline while waiting.
+	dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer dcancel()
+	_, err = m.Lock(dctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, int64(1), keyCount(t, cli, holder.Prefix()))
+
+	// Failed acquire: the waiter's session ends while it waits.
+	ws := newSession(t, cli)
+	wm := newMutex(t, ws, "cancel")
+	go func() { _, err := wm.Lock(ctx); errc <- err }()
+	waitPuts(t, w, 2) // the deadline attempt and this one
+	require.NoError(t, ws.Close(ctx))
+	err = <-errc
+	require.ErrorIs(t, err, lock.ErrSessionDone)
+	assert.Equal(t, int64(1), keyCount(t, cli, holder.Prefix()))
+
+	require.NoError(t, h.Unlock(ctx))
+	assert.Equal(t, int64(0), keyCount(t, cli, holder.Prefix()))
+}
+
+// A waiter whose session ends while it waits gets an error, never the lock,
+// even when the lock is released right after.
+func TestWaiterSessionEnds(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+	holder := newMutex(t, newSession(t, cli), "w")
+	h, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
+
+	ws := newSession(t, cli)
+	wm := newMutex(t, ws, "w")
+	errc := make(chan error, 1)
+	go func() {
+		g, err := wm.Lock(ctx)
+		if err == nil {
+			g.Unlock(ctx)
+		}
+		errc <- err
+	}()
+	waitPuts(t, w, 1)
+	_, err = cli.Revoke(ctx, ws.Lease()) // the server ends the waiter's session
+	require.NoError(t, err)
+	require.NoError(t, h.Unlock(ctx))
+	err = <-errc
+	require.ErrorIs(t, err, lock.ErrSessionDone)
+	assert.Equal(t, int64(0), keyCount(t, cli, holder.Prefix()))
+}
+
+// Closing a session releases every lock it holds at once; the waiters are
+// granted.
+func TestSessionCloseReleasesAll(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+	s := newSession(t, cli)
+	names := []string{"a", "b", "c"}
+	var helds []lock.Held
+	for _, n := range names {
+		h, err := newMutex(t, s, n).Lock(ctx)
+		require.NoError(t, err)
+		helds = append(helds, h)
+	}
+	other := newSession(t, cli)
+	got := make(chan lock.Held, len(names))
+	for _, n := range names {
+		m := newMutex(t, other, n)
+		go func() {
+			h, err := m.Lock(ctx)
+			assert.NoError(t, err)
+			got <- h
+		}()
+	}
+	w := cli.Watch(ctx, lock.DefaultPrefix, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(helds[len(helds)-1].Token().Seq)+1))
+	waitPuts(t, w, len(names))
+	require.NoError(t, s.Close(ctx))
+	for _, h := range helds {
+		<-h.Done()
+		assert.ErrorIs(t, h.(lock.Errer).Err(), lock.ErrLockLost)
+		assert.ErrorIs(t, h.(lock.Errer).Err(), session.ErrClosed)
+	}
+	for range names {
+		h := <-got
+		require.NotNil(t, h)
+		assert.NoError(t, h.Unlock(ctx))
+	}
+}
+
+// A client cut off from etcd: its session's Done and every Held.Done close
+// strictly before another client can observe the lease gone.
+func TestPartitionedHolderStopsFirst(t *testing.T) {
+	c := etcdtest.New(t)
+	ctx := ctxFor(t)
+	pcli, proxy := c.ProxiedClient(t)
+	ps := newSession(t, pcli, session.WithTTL(2*time.Second))
+	var helds []lock.Held
+	for _, n := range []string{"p1", "p2"} {
+		h, err := newMutex(t, ps, n).Lock(ctx)
+		require.NoError(t, err)
+		helds = append(helds, h)
+		h.Done() // start watching
+	}
+	cli := c.Client(t)
+	w := cli.Watch(ctx, lock.DefaultPrefix, clientv3.WithPrefix(), clientv3.WithFilterPut())
+	var closedFirst atomic.Bool
+	proxy.Blackhole()
+	// The other client learns of the lease's end from the deletion of the
+	// held keys, which the server performs when it expires the lease.
+	wr := <-w
+	require.NoError(t, wr.Err())
+	select {
+	case <-ps.Done():
+		closedFirst.Store(true)
+	default:
+	}
+	for _, h := range helds {
+		select {
+		case <-h.Done():
+		default:
+			t.Errorf("Held.Done of %s still open when the lease's keys were deleted", h.Token())
+		}
+	}
+	assert.True(t, closedFirst.Load(), "session Done must close before the server expires the lease")
+	assert.ErrorIs(t, ps.Err(), session.ErrExpired)
+	proxy.Unblackhole()
+}
+
+func TestBadInput(t *testing.T) {
+	c := etcdtest.New(t)
+	s := newSession(t, c.Client(t))
+	for _, name := range []string{"", "a//b", "/a", "a/", "../x", "a/./b", "sp ace", "ünï", string(make([]byte, lock.MaxNameLen+1))} {
+		_, err := lock.New(s, name)
+		assert.ErrorIs(t, err, lock.ErrInvalidName, "name %q", name)
+		assert.ErrorContains(t, err, "name", "name %q", name)
+	}
+	for _, name := range []string{"a", "orders/eu-1", "jobs/v2.nightly", "A_B"} {
+		_, err := lock.New(s, name)
+		assert.NoError(t, err, "name %q", name)
+	}
+	_, err := lock.New(nil, "x")
+	assert.ErrorIs(t, err, lock.ErrInvalidOption)
+	assert.ErrorContains(t, err, "session")
+	_, err = lock.New(s, "x", lock.WithPrefix(""))
+	assert.ErrorContains(t, err, "prefix")
+	_, err = lock.New(s, "x", lock.WithPrefix("p/"))
+	assert.ErrorContains(t, err, "prefix")
+}
+
+// IsOwner makes an etcd write conditional on holding the lock.
+func TestIsOwner(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+	h, err := newMutex(t, newSession(t, cli), "own").Lock(ctx)
+	require.NoError(t, err)
+	g := h.(*lock.Grant)
+	resp, err := cli.Txn(ctx).If(g.IsOwner()).Then(clientv3.OpPut("data", "1")).Commit()
+	require.NoError(t, err)
+	assert.True(t, resp.Succeeded, "write under the lock commits")
+	require.NoError(t, h.Unlock(ctx))
+	resp, err = cli.Txn(ctx).If(g.IsOwner()).Then(clientv3.OpPut("data", "2")).Commit()
+	require.NoError(t, err)
+	assert.False(t, resp.Succeeded, "write after unlock is refused")
+}
+
+// Do cancels fn's context, with a cause matching ErrLockLost, when the
+// lock is lost.
+func TestDoCancelsOnLoss(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+	m := newMutex(t, newSession(t, cli), "do")
+	err := lock.Do(ctx, m, func(ctx context.Context, h lock.Held) error {
+		_, err := cli.Delete(ctx, h.(*lock.Grant).Key()) // lose it
+		require.NoError(t, err)
+		<-ctx.Done()
+		assert.ErrorIs(t, context.Cause(ctx), lock.ErrLockLost)
+		return context.Cause(ctx)
+	})
+	assert.ErrorIs(t, err, lock.ErrLockLost)
+
+	ran := false
+	require.NoError(t, lock.Do(ctx, m, func(ctx context.Context, h lock.Held) error {
+		ran = true
+		return ctx.Err()
+	}))
+	assert.True(t, ran)
+	assert.Equal(t, int64(0), keyCount(t, cli, m.Prefix()))
+}

@@ -1,0 +1,264 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/lock"
+)
+
+// grantOps is what a Grant needs from its backend (one node or Redlock).
+type grantOps interface {
+	// extend resets the grant's expiry to the TTL on the server(s). It
+	// returns the time just before the request was sent (the new validity
+	// counts from then), or an error: one matching ErrLockLost if the grant
+	// is certainly gone, any other if the outcome is unknown.
+	extend(ctx context.Context, value string) (time.Time, error)
+	// release deletes the grant. It returns an error matching ErrLockLost if
+	// the grant was no longer there, any other if the outcome is unknown.
+	release(ctx context.Context, value string) error
+}
+
+type grantState int
+
+const (
+	stateHeld grantState = iota
+	stateEnded
+)
+
+// Grant is one grant of a Mutex or a Redlock: the lock.Held that their Lock
+// and TryLock return. Type-assert to *Grant for Extend, Err and Deadline.
+//
+// Its local validity ends at Deadline: the time just before the acquire (or
+// the last successful Extend) was sent, plus the TTL, minus the drift
+// allowance, on the monotonic clock. Done closes then, unless Extend moved
+// the deadline first; it also closes when Unlock is called or when Extend
+// finds the grant gone. Nothing in between tells the holder that the key was
+// deleted behind its back (by an operator, a failover, an eviction): that is
+// why the deadline exists, and why a fencing token is checked at the
+// resource.
+//
+// A Grant is safe for concurrent use.
+type Grant struct {
+	name  string
+	token fence.Token
+	value string
+	ops   grantOps
+	ttl   time.Duration
+	drift time.Duration
+	start time.Time // when the acquire was sent
+	done  chan struct{}
+
+	unlockMu  sync.Mutex // serialises Unlock
+	extendMu  sync.Mutex // serialises Extend
+	stopWatch context.CancelFunc
+	watchDone chan struct{} // nil without a watchdog
+
+	mu       sync.Mutex
+	state    grantState
+	err      error // why Done closed
+	released bool  // a release finished with a definite answer
+	result   error // what Unlock returns once released
+	deadline time.Time
+	timer    *time.Timer
+}
+
+var (
+	_ lock.Held  = (*Grant)(nil)
+	_ lock.Errer = (*Grant)(nil)
+)
+
+// newGrant starts the validity timer (and the watchdog, if o asks for it) of
+// a grant whose acquire was sent at start. The caller has checked that the
+// deadline is still ahead.
+func newGrant(name string, seq uint64, value string, ops grantOps, o *options, start time.Time) *Grant {
+	g := &Grant{
+		name:  name,
+		token: fence.Token{Name: name, Seq: seq},
+		value: value,
+		ops:   ops,
+		ttl:   o.ttl,
+		drift: o.driftAllowance(),
+		start: start,
+		done:  make(chan struct{}),
+	}
+	g.deadline = start.Add(g.ttl - g.drift)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.timer = time.AfterFunc(time.Until(g.deadline), g.expire)
+	if o.autoExtend {
+		ctx, cancel := context.WithCancel(context.Background())
+		g.stopWatch = cancel
+		g.watchDone = make(chan struct{})
+		go g.watch(ctx, o.maxHold)
+	}
+	return g
+}
+
+// Token returns the grant's fencing token: the INCR value for a Mutex, Seq 0
+// (no token) for a Redlock.
+func (g *Grant) Token() fence.Token { return g.token }
+
+// Done is closed when the grant may have ended: its local deadline passed,
+// Extend found it gone, or Unlock was called.
+func (g *Grant) Done() <-chan struct{} { return g.done }
+
+// Err returns nil while Done is open; then an error matching ErrLockLost
+// (and lock.ErrLockLost) if the grant was lost, or lock.ErrUnlocked after
+// Unlock.
+func (g *Grant) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// Deadline returns the end of the grant's local validity, on the monotonic
+// clock. Done closes then unless Extend moves it.
+func (g *Grant) Deadline() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.deadline
+}
+
+// Extend resets the grant's validity to a full TTL, counted from just before
+// the request is sent. It never re-acquires: if the key expired or belongs
+// to another grant, or the local deadline passed before the reply arrived,
+// the grant is lost, Done closes, and Extend returns an error matching
+// ErrLockLost. Any other error (a timeout, a node down) leaves the grant and
+// its old deadline as they were.
+func (g *Grant) Extend(ctx context.Context) error {
+	if err := g.Err(); err != nil {
+		return fmt.Errorf("redis: lock %q: extend: %w", g.name, err)
+	}
+	g.extendMu.Lock()
+	defer g.extendMu.Unlock()
+	start, err := g.ops.extend(ctx, g.value)
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != stateHeld {
+		return fmt.Errorf("redis: lock %q: extend: %w", g.name, g.err)
+	}
+	if !time.Now().Before(g.deadline) {
+		g.endLocked(g.expiredErr())
+		return g.err
+	}
+	if err != nil {
+		if errors.Is(err, ErrLockLost) {
+			g.endLocked(fmt.Errorf("redis: lock %q: extend: %w", g.name, err))
+			return g.err
+		}
+		return fmt.Errorf("redis: lock %q: extend: %w", g.name, err)
+	}
+	if nd := start.Add(g.ttl - g.drift); nd.After(g.deadline) {
+		g.deadline = nd
+		g.timer.Reset(time.Until(nd))
+	}
+	return nil
+}
+
+// Unlock releases the grant with a compare-and-delete, so it never deletes a
+// later grant's key, and wakes the waiters. Done closes at once. It returns
+// nil if the grant was still held, an error matching ErrLockLost if it had
+// ended first (its deadline passed, or its key was gone), and another error
+// if the outcome is unknown (the server did not answer), in which case
+// calling Unlock again retries. After a nil return, Unlock returns nil
+// again. Unlock waits for the grant's watchdog, if any, to exit.
+func (g *Grant) Unlock(ctx context.Context) error {
+	g.unlockMu.Lock()
+	defer g.unlockMu.Unlock()
+
+	g.mu.Lock()
+	if g.released {
+		defer g.mu.Unlock()
+		return g.result
+	}
+	wasLost := g.state == stateEnded && g.err != lock.ErrUnlocked
+	if g.state == stateHeld {
+		g.endLocked(lock.ErrUnlocked)
+	}
+	g.mu.Unlock()
+	if g.watchDone != nil {
+		<-g.watchDone
+	}
+
+	// Release even a lost grant: its key may still be on the server (the
+	// local deadline runs out before the server's), and deleting it lets the
+	// next holder in sooner. The compare-and-delete keeps this safe.
+	rerr := g.ops.release(ctx, g.value)
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case rerr == nil || errors.Is(rerr, ErrLockLost):
+		g.released = true
+		if rerr != nil && !wasLost {
+			g.err = fmt.Errorf("redis: lock %q: unlock: %w", g.name, rerr)
+			wasLost = true
+		}
+		if wasLost {
+			g.result = g.err
+		}
+		return g.result
+	case wasLost:
+		return fmt.Errorf("%w (and the release failed: %v)", g.err, rerr)
+	default:
+		return fmt.Errorf("redis: lock %q: unlock: %w", g.name, rerr)
+	}
+}
+
+// expire runs on the validity timer.
+func (g *Grant) expire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.state != stateHeld || time.Now().Before(g.deadline) {
+		return // ended already, or extended after the timer fired
+	}
+	g.endLocked(g.expiredErr())
+}
+
+func (g *Grant) expiredErr() error {
+	return fmt.Errorf("redis: lock %q: local validity ran out: %w", g.name, ErrLockLost)
+}
+
+// endLocked ends the grant with err: Done closes, the timer and the watchdog
+// stop. g.mu must be held.
+func (g *Grant) endLocked(err error) {
+	g.state = stateEnded
+	g.err = err
+	close(g.done)
+	g.timer.Stop()
+	if g.stopWatch != nil {
+		g.stopWatch()
+	}
+}
+
+// watch extends the grant every TTL/3 until ctx ends (Unlock, loss), the
+// grant is lost, or it has been held for maxHold (if positive).
+func (g *Grant) watch(ctx context.Context, maxHold time.Duration) {
+	defer close(g.watchDone)
+	interval := g.ttl / 3
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if maxHold > 0 && time.Since(g.start) >= maxHold {
+			return
+		}
+		ectx, cancel := context.WithTimeout(ctx, interval)
+		err := g.Extend(ectx)
+		cancel()
+		if err != nil && g.Err() != nil {
+			return
+		}
+		t.Reset(interval)
+	}
+}

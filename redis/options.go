@@ -1,0 +1,180 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Defaults for the options, in one place.
+const (
+	// DefaultTTL is the lock validity when WithTTL is not given.
+	DefaultTTL = 10 * time.Second
+	// DefaultKeyPrefix is the key prefix when WithKeyPrefix is not given.
+	DefaultKeyPrefix = "dlock:"
+	// DefaultRetryMin and DefaultRetryMax bound the jittered backoff between
+	// acquire attempts when WithRetry is not given.
+	DefaultRetryMin = 20 * time.Millisecond
+	DefaultRetryMax = 500 * time.Millisecond
+	// DefaultDriftFactor is the share of the TTL subtracted from the local
+	// validity for clock drift when WithDriftFactor is not given (2ms are
+	// always subtracted on top, as in the Redlock algorithm).
+	DefaultDriftFactor = 0.01
+	// MaxDriftFactor bounds WithDriftFactor (exclusive).
+	MaxDriftFactor = 0.5
+	// DefaultNodeTimeout bounds each Redlock node's reply when
+	// WithNodeTimeout is not given. It also bounds the subscription to
+	// release notifications on each node.
+	DefaultNodeTimeout = 200 * time.Millisecond
+	// DefaultReplicaTimeout is WAIT's timeout when WithReplicas is given a
+	// zero timeout.
+	DefaultReplicaTimeout = 100 * time.Millisecond
+	// driftFloor is subtracted from every validity on top of the drift
+	// factor: the resolution of Redis' expiry clock and ours.
+	driftFloor = 2 * time.Millisecond
+	// releaseTimeout bounds the detached cleanup after a failed or cancelled
+	// acquire.
+	releaseTimeout = 5 * time.Second
+)
+
+// Option configures a Mutex or a Redlock. Options that apply to one of them
+// only say so; the other ignores them.
+type Option func(*options)
+
+type options struct {
+	ttl            time.Duration
+	prefix         string
+	retryMin       time.Duration
+	retryMax       time.Duration
+	drift          float64
+	nodeTimeout    time.Duration
+	autoExtend     bool
+	maxHold        time.Duration
+	owner          string
+	replicas       int
+	replicaTimeout time.Duration
+}
+
+func defaults() options {
+	return options{
+		ttl:         DefaultTTL,
+		prefix:      DefaultKeyPrefix,
+		retryMin:    DefaultRetryMin,
+		retryMax:    DefaultRetryMax,
+		drift:       DefaultDriftFactor,
+		nodeTimeout: DefaultNodeTimeout,
+	}
+}
+
+// WithTTL sets the lock validity: the key expires on the server after ttl,
+// and the grant's Done closes a little earlier (ttl minus the drift, counted
+// from before the acquire was sent). Optional, defaults to DefaultTTL (10s).
+// It must be positive and longer than the drift it implies.
+func WithTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
+
+// WithKeyPrefix sets the prefix of every key and channel: the lock key is
+// prefix+"{"+name+"}", its token counter the same plus ":seq", its release
+// channel the same plus ":released". The braces make them one Redis Cluster
+// hash slot. Optional, defaults to DefaultKeyPrefix ("dlock:"). It must not
+// contain '{' or '}'.
+func WithKeyPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+
+// WithRetry sets the bounds of the jittered exponential backoff between
+// acquire attempts in Lock. A waiter is also woken by the release
+// notification, so the backoff matters only when that is missed (expiry,
+// a lost subscription). Optional, defaults to DefaultRetryMin (20ms) and
+// DefaultRetryMax (500ms). min must be positive and max at least min.
+func WithRetry(min, max time.Duration) Option {
+	return func(o *options) { o.retryMin, o.retryMax = min, max }
+}
+
+// WithDriftFactor sets the share of the TTL by which the local validity is
+// shortened to allow for clock rate differences between this process and
+// the Redis servers (plus 2ms). Optional, defaults to DefaultDriftFactor
+// (0.01). It must be in [0, MaxDriftFactor).
+func WithDriftFactor(f float64) Option { return func(o *options) { o.drift = f } }
+
+// WithNodeTimeout bounds each node's reply in a Redlock fan-out, so that a
+// dead node costs at most this much of the validity. Redlock only.
+// Optional, defaults to DefaultNodeTimeout (200ms). It must be positive and
+// shorter than the TTL.
+func WithNodeTimeout(d time.Duration) Option { return func(o *options) { o.nodeTimeout = d } }
+
+// WithAutoExtend starts a watchdog with every grant that extends it every
+// TTL/3 until Unlock or loss. If maxHold is positive, the watchdog stops
+// extending once the grant has been held that long, and the grant then ends
+// at its deadline (at most one TTL later) unless extended by hand. Optional,
+// defaults to off. maxHold must not be negative; 0 means no maximum.
+func WithAutoExtend(maxHold time.Duration) Option {
+	return func(o *options) { o.autoExtend, o.maxHold = true, maxHold }
+}
+
+// WithOwner stores owner (for example "host-3/pid-42") with every grant, so
+// operators can see who holds a lock (Mutex.Owner). Optional, defaults to
+// none. It must be printable ASCII without spaces, at most 256 bytes.
+func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }
+
+// WithReplicas makes a single-node grant count only after n replicas
+// acknowledged it (WAIT n timeout); otherwise the grant is released and
+// Lock retries (TryLock returns ErrNotReplicated). It narrows, but does not
+// close, the window in which a failover loses the lock: WAIT does not make
+// Redis replication synchronous. Mutex only; the client must be a
+// *goredis.Client (plain or failover) or a *goredis.ClusterClient.
+// Optional, defaults to 0 (no WAIT). n must not be negative; a zero timeout
+// means DefaultReplicaTimeout (100ms), a negative one is an error.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(o *options) { o.replicas, o.replicaTimeout = n, timeout }
+}
+
+func (o *options) driftAllowance() time.Duration {
+	return time.Duration(float64(o.ttl)*o.drift) + driftFloor
+}
+
+// validate checks the options; redlock adds the checks that only Redlock needs.
+func (o *options) validate(redlock bool) error {
+	if o.ttl <= 0 {
+		return fmt.Errorf("%w: ttl %v must be positive", ErrInvalidOption, o.ttl)
+	}
+	if o.drift < 0 || o.drift >= MaxDriftFactor || o.drift != o.drift {
+		return fmt.Errorf("%w: drift factor %v must be in [0, %v)", ErrInvalidOption, o.drift, MaxDriftFactor)
+	}
+	if d := o.driftAllowance(); o.ttl <= d {
+		return fmt.Errorf("%w: ttl %v must be longer than the drift allowance %v", ErrInvalidOption, o.ttl, d)
+	}
+	if strings.ContainsAny(o.prefix, "{}") {
+		return fmt.Errorf("%w: key prefix %q must not contain '{' or '}'", ErrInvalidOption, o.prefix)
+	}
+	if o.retryMin <= 0 {
+		return fmt.Errorf("%w: retry min %v must be positive", ErrInvalidOption, o.retryMin)
+	}
+	if o.retryMax < o.retryMin {
+		return fmt.Errorf("%w: retry max %v must be at least retry min %v", ErrInvalidOption, o.retryMax, o.retryMin)
+	}
+	if o.nodeTimeout <= 0 {
+		return fmt.Errorf("%w: node timeout %v must be positive", ErrInvalidOption, o.nodeTimeout)
+	}
+	if redlock && o.nodeTimeout >= o.ttl {
+		return fmt.Errorf("%w: node timeout %v must be shorter than ttl %v", ErrInvalidOption, o.nodeTimeout, o.ttl)
+	}
+	if o.maxHold < 0 {
+		return fmt.Errorf("%w: auto-extend max hold %v must not be negative", ErrInvalidOption, o.maxHold)
+	}
+	if len(o.owner) > 256 {
+		return fmt.Errorf("%w: owner is %d bytes, longer than 256", ErrInvalidOption, len(o.owner))
+	}
+	for i := 0; i < len(o.owner); i++ {
+		if c := o.owner[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: owner %q: byte %q at %d is not printable ASCII", ErrInvalidOption, o.owner, c, i)
+		}
+	}
+	if o.replicas < 0 {
+		return fmt.Errorf("%w: replicas %d must not be negative", ErrInvalidOption, o.replicas)
+	}
+	if o.replicaTimeout < 0 {
+		return fmt.Errorf("%w: replica timeout %v must not be negative", ErrInvalidOption, o.replicaTimeout)
+	}
+	if o.replicaTimeout == 0 {
+		o.replicaTimeout = DefaultReplicaTimeout
+	}
+	return nil
+}
