@@ -26,11 +26,15 @@ type Term struct {
 	cancelWatch context.CancelFunc // stops the watcher; nil if none started
 	watchDone   chan struct{}
 
-	mu       sync.Mutex
-	value    string
-	done     chan struct{}
-	err      error
-	resigned bool
+	resignMu sync.Mutex // serialises Resign calls
+
+	mu        sync.Mutex
+	value     string
+	done      chan struct{}
+	err       error
+	resigned  bool
+	resigning bool // a Resign's delete is in flight: a deletion may be ours
+	goneSeen  bool // the watcher saw the key deleted while resigning
 }
 
 // Epoch returns the term's epoch: the create revision of the leader's key.
@@ -115,6 +119,13 @@ func (t *Term) startWatch() {
 	go func() {
 		defer close(t.watchDone)
 		if t.el.q.WatchGone(ctx, t.e, t.e.Rev+1, t.el.s.Done()) {
+			t.mu.Lock()
+			if t.resigning { // maybe our own delete: Resign decides
+				t.goneSeen = true
+				t.mu.Unlock()
+				return
+			}
+			t.mu.Unlock()
 			t.end(t.lostByDelete())
 			return
 		}
@@ -171,6 +182,8 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // any I/O: the key is gone or its lease is about to expire. After a
 // successful Resign, Err matches ErrResigned and later calls return nil.
 func (t *Term) Resign(ctx context.Context) error {
+	t.resignMu.Lock()
+	defer t.resignMu.Unlock()
 	t.mu.Lock()
 	resigned := t.resigned
 	t.mu.Unlock()
@@ -181,8 +194,18 @@ func (t *Term) Resign(ctx context.Context) error {
 		t.stopWatch()
 		return err
 	}
+	t.mu.Lock()
+	t.resigning = true
+	t.mu.Unlock()
 	deleted, err := t.el.q.Remove(ctx, t.e)
+	t.mu.Lock()
+	t.resigning = false
+	goneSeen := t.goneSeen
+	t.mu.Unlock()
 	if err != nil {
+		if goneSeen { // the watcher has exited: the term must end here
+			t.end(t.lostByDelete())
+		}
 		return t.el.wrap(ctx, "resign", err)
 	}
 	if !deleted {

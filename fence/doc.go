@@ -18,7 +18,7 @@
 //
 // Fencing protects only the writes that pass through a guard, and only if the
 // guard's check and the protected write are atomic together (see the
-// PostgreSQL guard in contrib/pg, which runs both in one transaction).
+// PostgreSQL guard in contrib/pgfence, which runs both in one transaction).
 // [MemoryGuard] lives in one process; it protects a resource owned by that
 // process, not a resource shared by many. Tokens from different lock services
 // (or from a Redis node that lost its counter in a failover) are not

@@ -1,0 +1,167 @@
+package election_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/election"
+	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/session"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+
+// testTimeout bounds every test's waits.
+const testTimeout = 60 * time.Second
+
+// closeTimeout bounds a session's Close at cleanup (its client may be cut
+// off by a fault proxy).
+const closeTimeout = 5 * time.Second
+
+func ctxFor(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newSession(t testing.TB, cli *clientv3.Client, opts ...session.Option) *session.Session {
+	t.Helper()
+	s, err := session.New(ctxFor(t), cli, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		s.Close(ctx)
+	})
+	return s
+}
+
+func newElection(t testing.TB, s *session.Session, name string, opts ...election.Option) *election.Election {
+	t.Helper()
+	el, err := election.New(s, name, opts...)
+	require.NoError(t, err)
+	return el
+}
+
+func keyCount(t testing.TB, cli *clientv3.Client, prefix string) int64 {
+	t.Helper()
+	resp, err := cli.Get(ctxFor(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	return resp.Count
+}
+
+// queuedWatch returns a watch of the puts under prefix from now on, to wait
+// until candidates are queued.
+func queuedWatch(t testing.TB, cli *clientv3.Client, prefix string) clientv3.WatchChan {
+	t.Helper()
+	resp, err := cli.Get(ctxFor(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	return cli.Watch(ctxFor(t), prefix, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(resp.Header.Revision+1))
+}
+
+// waitPuts waits for n put events on w.
+func waitPuts(t testing.TB, w clientv3.WatchChan, n int) {
+	t.Helper()
+	for n > 0 {
+		wr, ok := <-w
+		require.True(t, ok, "watch closed")
+		require.NoError(t, wr.Err())
+		n -= len(wr.Events)
+	}
+}
+
+// campaignResult is what a Campaign in a goroutine returns.
+type campaignResult struct {
+	term *election.Term
+	err  error
+}
+
+// campaignAsync runs Campaign in a goroutine; the result arrives on the
+// returned channel. A Term that the test does not take is resigned by the
+// session's cleanup.
+func campaignAsync(ctx context.Context, el *election.Election, value string) <-chan campaignResult {
+	ch := make(chan campaignResult, 1)
+	go func() {
+		term, err := el.Campaign(ctx, value)
+		ch <- campaignResult{term, err}
+	}()
+	return ch
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// nextPut returns the next put event's key-value on w.
+func nextPut(t testing.TB, w clientv3.WatchChan) *mvccpb.KeyValue {
+	t.Helper()
+	for {
+		wr, ok := <-w
+		require.True(t, ok, "watch closed")
+		require.NoError(t, wr.Err())
+		if len(wr.Events) > 0 {
+			return wr.Events[0].Kv
+		}
+	}
+}
+
+// receive returns the next state from an Observe channel.
+func receive(t testing.TB, ctx context.Context, ch <-chan election.Leader) election.Leader {
+	t.Helper()
+	select {
+	case l, ok := <-ch:
+		require.True(t, ok, "Observe channel closed early")
+		return l
+	case <-ctx.Done():
+		require.FailNow(t, "timed out waiting for Observe", "%v", ctx.Err())
+		return election.Leader{}
+	}
+}
+
+// receiveUntil reads ch until it delivers want, and returns every state
+// read (want last).
+func receiveUntil(t testing.TB, ctx context.Context, ch <-chan election.Leader, want election.Leader) []election.Leader {
+	t.Helper()
+	var got []election.Leader
+	for {
+		l := receive(t, ctx, ch)
+		got = append(got, l)
+		if l == want {
+			return got
+		}
+	}
+}
+
+// result waits for a campaignAsync result.
+func result(t testing.TB, ctx context.Context, ch <-chan campaignResult) campaignResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-ctx.Done():
+		require.FailNow(t, "timed out waiting for Campaign", "%v", ctx.Err())
+		return campaignResult{}
+	}
+}
+
+// waitClosed waits for ch to be closed.
+func waitClosed(t testing.TB, ctx context.Context, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		require.FailNow(t, "timed out waiting for "+what, "%v", ctx.Err())
+	}
+}

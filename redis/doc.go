@@ -1,0 +1,66 @@
+// Package redis provides two lock.Locker backends on Redis: [Mutex] on a
+// single node (SET NX PX, compare-and-delete, a fencing token from INCR) and
+// [Redlock] over N ≥ 3 independent masters (the majority algorithm with
+// drift accounting). Both are efficiency locks: they keep duplicate work
+// rare and cheap, they do not make overlapping holders impossible. For
+// correctness, use the etcd lock (package lock) with fencing tokens checked
+// at the resource (package fence).
+//
+// # Guarantee
+//
+// While the Redis node(s) keep their data and a holder acts only while its
+// grant's Done is open, no two holders overlap: Done closes at the end of the
+// grant's local validity — the time just before the acquire was sent, plus
+// the TTL, minus a drift allowance, on the monotonic clock — which comes
+// before the server can expire the key. Release is a compare-and-delete on a
+// random 128-bit value, so a late Unlock never deletes a later holder's key,
+// and Extend never re-acquires an expired lock.
+//
+// A [Mutex] grant carries a fencing token: the lock's name and the value of
+// an INCR on a counter key in the same hash slot (prefix{name}:seq), minted
+// in the same script as the grant and never deleted. Successive grants get
+// strictly increasing tokens as long as that node's data lives.
+//
+// A [Redlock] grant has no sound fencing token: its Token has Seq 0, its
+// Capabilities say FencingTokens false, and every fence.Guard rejects Seq 0
+// with fence.ErrNoToken, so it cannot be used for fencing by mistake.
+//
+// # Limits
+//
+// Nothing tells a holder that its key vanished before its deadline (an
+// operator's DEL, a failover, a restart): Done closes at the deadline, or
+// earlier when Extend (or the WithAutoExtend watchdog) finds the key gone.
+// A holder that pauses longer than its remaining validity (GC, swap, a
+// stopped VM) acts after its grant ended, whatever it checked before the
+// pause. Only a fencing token checked by the resource makes that harmless,
+// and only a Mutex has one.
+//
+// # Caveats
+//
+//   - Redis replication is asynchronous. A failover (Sentinel, Cluster) can
+//     promote a replica that never saw a grant, and grant the lock again;
+//     it can also roll the token counter back, so tokens from before and
+//     after a failover are not comparable. A restart without persistence
+//     does the same. WithReplicas (WAIT) narrows that window; it does not
+//     close it. Capabilities().SurvivesFailover is false for a Mutex.
+//   - Redlock assumes bounded clock drift between the client and the nodes
+//     (WithDriftFactor), bounded pauses and network delays, and truly
+//     independent masters (no replicas, not one machine). A node that
+//     crashes and comes back empty within a TTL can grant the lock a second
+//     time: run the nodes with appendfsync always, or keep a crashed node
+//     down for at least the TTL before it rejoins. Under those assumptions
+//     it survives the loss of a minority of nodes.
+//   - Redis must run with maxmemory-policy noeviction (or with no memory
+//     limit): an evicted lock key is a silently lost lock, and an evicted
+//     counter resets the tokens.
+//   - Waiters are not served in order (no FIFO) and may starve under heavy
+//     contention. A release publishes a wake-up on prefix{name}:released;
+//     waiters subscribe and also poll with jittered backoff, never later
+//     than the holder's remaining TTL, so a handoff costs about a round
+//     trip and an expiry costs at most one poll.
+//   - Lock retries all errors (a node down, a timeout) until its ctx ends;
+//     bound it with a deadline. TryLock reports them at once.
+//   - With Redlock, go-redis' own retries on a dead node count against the
+//     per-node timeout (WithNodeTimeout); a lower MaxRetries on the clients
+//     makes a dead node cheaper.
+package redis
