@@ -171,7 +171,7 @@ type Grant struct {
 	mu       sync.Mutex
 	done     chan struct{}
 	err      error
-	unlocked bool
+	released bool // Unlock has run its delete
 }
 
 // Token returns the fencing token: the lock's name and the grant key's
@@ -242,36 +242,38 @@ func (g *Grant) startWatch() {
 // Unlock releases the grant with a delete guarded by the key's create
 // revision, so it never deletes a later holder's key. It returns an error
 // matching ErrLockLost if the grant had already ended (key gone, session
-// done); in that case it still deletes the key if it exists. After a
-// successful Unlock, later calls return nil.
+// done); in that case it still deletes the key if it exists, and later
+// calls return the same error. After a successful Unlock, later calls
+// return nil. If the delete itself fails (ctx ended, etcd unreachable), the
+// error says so and Unlock may be retried.
 func (g *Grant) Unlock(ctx context.Context) error {
 	g.mu.Lock()
-	if g.unlocked {
-		g.mu.Unlock()
-		return nil
-	}
+	released, ended := g.released, g.err
 	g.mu.Unlock()
-
+	if released {
+		if errors.Is(ended, ErrUnlocked) {
+			return nil
+		}
+		return ended
+	}
 	lost := g.Err()
 	deleted, err := g.m.q.Remove(ctx, g.e)
 	if err != nil {
 		return fmt.Errorf("lock %q: unlock: %w", g.m.name, err)
 	}
 	g.mu.Lock()
-	g.unlocked = true
+	g.released = true
 	g.mu.Unlock()
+	defer g.stopWatch()
 	switch {
-	case lost != nil && !errors.Is(lost, ErrUnlocked):
-		g.stopWatch()
+	case lost != nil:
 		return lost
 	case !deleted:
 		err := fmt.Errorf("lock %q: unlock: key %q was already gone: %w", g.m.name, g.e.Key, ErrLockLost)
 		g.end(err)
-		g.stopWatch()
-		return err
+		return g.Err()
 	}
 	g.end(fmt.Errorf("lock %q: %w", g.m.name, ErrUnlocked))
-	g.stopWatch()
 	return nil
 }
 

@@ -95,8 +95,8 @@ func redlockBackend(t *testing.T, servers []*redistest.Server, opts ...redis.Opt
 				_, err := redis.NewRedlock([]goredis.UniversalClient{admin[0], admin[1], admin[0]}, "x")
 				return err
 			},
-			"ttl 0":             func() error { _, err := redis.NewRedlock(admin, "x", redis.WithTTL(0)); return err },
-			"drift factor 0.7":  func() error { _, err := redis.NewRedlock(admin, "x", redis.WithDriftFactor(0.7)); return err },
+			"ttl 0":            func() error { _, err := redis.NewRedlock(admin, "x", redis.WithTTL(0)); return err },
+			"drift factor 0.7": func() error { _, err := redis.NewRedlock(admin, "x", redis.WithDriftFactor(0.7)); return err },
 			"node timeout > ttl": func() error {
 				_, err := redis.NewRedlock(admin, "x", redis.WithTTL(time.Second), redis.WithNodeTimeout(2*time.Second))
 				return err

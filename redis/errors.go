@@ -58,6 +58,7 @@ type NodeError struct {
 	Err  error
 }
 
+// Error names the node and quotes its error.
 func (e *NodeError) Error() string {
 	if e.Addr != "" {
 		return fmt.Sprintf("node %d (%s): %v", e.Node, e.Addr, e.Err)
@@ -85,6 +86,7 @@ type QuorumError struct {
 	Expired bool
 }
 
+// Error says how many nodes acted and why the others did not.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "redis: redlock %q: %s: no quorum: %d of %d nodes, need %d", e.Name, e.Op, e.OK, e.Nodes, e.Quorum)

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// Exit codes shared by every subcommand (run also passes on its child's).
+const (
+	exitOK       = 0
+	exitError    = 1 // a runtime error: unreachable etcd, lock not acquired in time…
+	exitUsage    = 2 // bad flags or arguments
+	exitLockLost = 3 // the lock (or leadership) was lost while held
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+var commands = []command{
+	{"demo", "replay a paused holder's stale write, unfenced and fenced, on embedded etcd", runDemo},
+	{"run", "run a command while holding a lock; its token is in $DLOCK_TOKEN", runRun},
+	{"elect", "campaign for leadership, or observe an election's leaders", runElect},
+	{"inspect", "show a lock's holder and wait queue", runInspect},
+	{"bench", "measure acquire latency, handoff latency and throughput per backend", runBench},
+}
+
+// env is what a subcommand talks to: its output streams. Tests of the
+// binary see exactly what a user sees.
+type env struct {
+	stdout, stderr io.Writer
+}
+
+func main() {
+	os.Exit(mainExit(os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr}))
+}
+
+// mainExit runs the subcommand named by args[0] and returns the process's
+// exit code. Errors are printed as one line: "dlock <cmd>: <error>".
+func mainExit(args []string, e *env) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
+		usage(e.stderr)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		// The first SIGINT or SIGTERM cancels ctx; subcommands decide what
+		// that means (run forwards it to its child).
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err := c.run(ctx, e, args[1:])
+		return report(e, c.name, err)
+	}
+	fmt.Fprintf(e.stderr, "dlock: unknown command %q (try: dlock --help)\n", args[0])
+	return exitUsage
+}
+
+// report prints err as one line and returns the exit code it stands for.
+func report(e *env, name string, err error) int {
+	var ex *codeError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ex):
+		if ex.msg != "" {
+			fmt.Fprintf(e.stderr, "dlock %s: %s\n", name, oneLine(ex.msg))
+		}
+		return ex.code
+	}
+	fmt.Fprintf(e.stderr, "dlock %s: %s\n", name, oneLine(err.Error()))
+	return exitError
+}
+
+// codeError is an error that carries an exit code; an empty msg prints
+// nothing (the subcommand already said what happened).
+type codeError struct {
+	code int
+	msg  string
+}
+
+func (e *codeError) Error() string { return e.msg }
+
+func exitWith(code int, format string, args ...any) error {
+	return &codeError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// usageError reports bad flags or arguments (exit code 2).
+func usageError(format string, args ...any) error {
+	return exitWith(exitUsage, format+" (see --help)", args...)
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `dlock: distributed locks that stay safe when a holder pauses.
+
+Usage:
+  dlock <command> [flags] [args]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run "dlock <command> --help" for a command's flags.
+Start here: go run ./contrib/cmd/dlock demo
+`)
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting and
+// prints its usage (synopsis, description, flags) to e.stderr on --help.
+func newFlagSet(e *env, name, synopsis, description string) *flag.FlagSet {
+	fs := flag.NewFlagSet("dlock "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported once, by report
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: dlock %s %s\n\n%s\n\nFlags:\n", name, synopsis, strings.TrimSpace(description))
+		fs.SetOutput(e.stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parse parses args; with interleave, flags may also follow positional
+// arguments (up to a "--"). It returns the positional arguments.
+func parse(fs *flag.FlagSet, args []string, interleave bool) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
+				return nil, err
+			}
+			return nil, usageError("%v", err)
+		}
+		rest := fs.Args()
+		if !interleave || len(rest) == 0 {
+			return append(pos, rest...), nil
+		}
+		// flag stops at the first non-flag or after "--": tell them apart.
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}

@@ -1,0 +1,34 @@
+package lock_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/lock/locktest"
+)
+
+func TestConformance(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	s := newSession(t, cli)
+	locktest.Run(t, locktest.Backend{
+		New: func(t *testing.T, name string) lock.Locker {
+			return newMutex(t, newSession(t, cli), name)
+		},
+		Lose: func(t *testing.T, h lock.Held) {
+			_, err := cli.Delete(t.Context(), h.(*lock.Grant).Key())
+			require.NoError(t, err)
+		},
+		Construct: func(name string) error {
+			_, err := lock.New(s, name)
+			return err
+		},
+		Bad: map[string]func() error{
+			"nil session":  func() error { _, err := lock.New(nil, "x"); return err },
+			"empty prefix": func() error { _, err := lock.New(s, "x", lock.WithPrefix("")); return err },
+		},
+	})
+}
