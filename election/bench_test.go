@@ -122,4 +122,3 @@ func median(ds []time.Duration) time.Duration {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
-

@@ -72,10 +72,11 @@ func (el *Election) Prefix() string { return el.q.Prefix }
 
 // Campaign puts a candidate key holding value, bound to the session's
 // lease, and waits in create-revision order until it is the first key: then
-// it returns the leader's Term. Before reporting leadership it re-reads, in
-// one round trip, that its own key still exists and is first (etcd issue
-// #19597: concurrency.Election.Campaign can report leadership after its
-// lease expired), and checks that the session is still live.
+// it returns the leader's Term. Before reporting leadership it has read, in
+// the same round trip that found no predecessor left, that its own key
+// still exists (etcd issue #19597: concurrency.Election.Campaign can report
+// leadership after its lease expired), and it checks that the session is
+// still live.
 //
 // On any error the candidate's key is deleted with a context detached from
 // ctx and bounded by queue.CleanupTimeout, so a failed Campaign leaves
@@ -83,46 +84,35 @@ func (el *Election) Prefix() string { return el.q.Prefix }
 // session ends before or while campaigning, the error matches ErrSessionDone
 // and Campaign never returns a Term. When the key is deleted by someone
 // else while waiting, the error matches ErrKeyDeleted.
-func (el *Election) Campaign(ctx context.Context, value string) (_ *Term, err error) {
+func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err := el.sessionErr(); err != nil {
 		return nil, err
 	}
-	key := el.q.NewKey(el.s.Lease())
-	defer func() {
-		if err != nil {
-			if cerr := el.q.Cleanup(ctx, key); cerr != nil {
-				err = fmt.Errorf("%w (and removing key %q failed: %v)", err, key, cerr)
-			}
-		}
-	}()
-	e, pred, err := el.q.Enqueue(ctx, key, value, el.s.Lease())
+	t, pred, err := el.q.Join(ctx, el.s, value)
 	if err != nil {
 		return nil, el.wrap(ctx, "campaign", err)
 	}
-	fromRev := e.Rev
-	for {
-		if err := el.q.Wait(ctx, e, pred, fromRev, el.s.Done()); err != nil {
-			return nil, el.wrap(ctx, "campaign", err)
-		}
-		// etcd #19597: never report leadership without seeing our own key.
-		exists, first, rev, err := el.q.Head(ctx, e)
-		if err != nil {
-			return nil, el.wrap(ctx, "campaign", err)
-		}
-		if !exists {
-			return nil, el.wrap(ctx, "campaign", queue.ErrEntryGone)
-		}
-		if first == nil || first.CreateRevision == e.Rev {
-			break
-		}
-		// Not reachable while keys are only created at the end of the
-		// queue; wait for whoever is first rather than claim leadership.
-		pred, fromRev = first, rev+1
+	// etcd #19597: never report leadership without seeing our own key.
+	// Wait's last read (after the predecessor's deletion) checks, in the
+	// same round trip as the new predecessor, that our key still exists;
+	// if Join found no predecessor, our key was created in that very read.
+	if err := el.q.Wait(ctx, t.Entry, pred, t.Rev+1, el.s.Done()); err != nil {
+		return nil, el.abandon(ctx, t, el.wrap(ctx, "campaign", err))
 	}
-	if err := el.sessionErr(); err != nil {
-		return nil, err
+	term := newTerm(el, t, value)
+	if term.Err() != nil { // the session ended: never report leadership
+		term.h.Stop()
+		return nil, el.abandon(ctx, t, fmt.Errorf("election %q: %w: %w", el.name, ErrSessionDone, el.s.Err()))
 	}
-	return &Term{el: el, e: e, value: value, done: make(chan struct{})}, nil
+	return term, nil
+}
+
+// abandon removes t's key after a failed campaign and returns err.
+func (el *Election) abandon(ctx context.Context, t queue.Ticket, err error) error {
+	if aerr := el.q.Abandon(ctx, t); aerr != nil {
+		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
+	}
+	return err
 }
 
 func (el *Election) sessionErr() error {

@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -18,10 +17,11 @@ const DefaultRetryPeriod = time.Second
 
 // ResignTimeout bounds the Resign and the session Close that Run performs
 // after a term, with a context detached from Run's.
-const ResignTimeout = queue.CleanupTimeout
+const ResignTimeout = 5 * time.Second
 
 // Config configures Run, in the spirit of client-go's LeaderElectionConfig.
-// Validate checks it; Run calls Validate first.
+// Validate checks it; Run calls Validate first. Run copies the Config: it
+// may be reused, but not changed while Run reads it at the start.
 type Config struct {
 	// Client is the etcd client Run creates its sessions on. Required.
 	Client *clientv3.Client
@@ -54,7 +54,8 @@ type Config struct {
 	// OnStoppedLeading is called, from Run's goroutine, after every
 	// OnElected call returns (even if it panics), once the term has been
 	// resigned (or was lost) and before the term's session is closed.
-	// Optional; nil means no call.
+	// Unlike client-go's, it is not called if this candidate was never
+	// elected. Optional; nil means no call.
 	OnStoppedLeading func()
 
 	// OnNewLeader is called with every state Observe reports: every new

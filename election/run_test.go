@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -80,6 +81,8 @@ func TestRunRecampaign(t *testing.T) {
 		mu      sync.Mutex
 		leaders []election.Leader
 		stops   int
+		wantSee = make(chan uint64, 1) // an epoch OnNewLeader should report
+		seen    = make(chan struct{})
 	)
 	errc := runAsync(rctx, election.Config{
 		Client: cli, Name: "again", Value: "me",
@@ -90,7 +93,20 @@ func TestRunRecampaign(t *testing.T) {
 			return nil
 		},
 		OnStoppedLeading: func() { mu.Lock(); stops++; mu.Unlock() },
-		OnNewLeader:      func(l election.Leader) { mu.Lock(); leaders = append(leaders, l); mu.Unlock() },
+		OnNewLeader: func(l election.Leader) {
+			mu.Lock()
+			defer mu.Unlock()
+			leaders = append(leaders, l)
+			select {
+			case e := <-wantSee:
+				if e == l.Epoch {
+					close(seen)
+				} else {
+					wantSee <- e
+				}
+			default:
+			}
+		},
 	})
 	first := recv(t, ctx, elected, "first term")
 	_, err := cli.Delete(ctx, first.Key())
@@ -98,6 +114,15 @@ func TestRunRecampaign(t *testing.T) {
 	second := recv(t, ctx, elected, "second term")
 	assert.Greater(t, second.Epoch(), first.Epoch())
 	waitClosed(t, ctx, first.Done(), "first.Done")
+	mu.Lock()
+	already := slices.Contains(leaders, election.Leader{Value: "me", Epoch: second.Epoch()})
+	if !already {
+		wantSee <- second.Epoch()
+	}
+	mu.Unlock()
+	if !already {
+		recv(t, ctx, seen, "OnNewLeader to report the second term")
+	}
 	cancel()
 	err = recv(t, ctx, errc, "Run to return")
 	assert.ErrorIs(t, err, context.Canceled)
@@ -124,14 +149,17 @@ func TestRunHandover(t *testing.T) {
 	release := make(chan struct{})
 	errDone := errors.New("work done")
 	stopped := make(chan struct{}, 1)
+	aElected := make(chan struct{})
 	errA := runAsync(ctx, election.Config{
 		Client: cli, Name: "handover", Value: "a",
 		OnElected: func(ctx context.Context, term *election.Term) error {
+			close(aElected)
 			<-release
 			return errDone
 		},
 		OnStoppedLeading: func() { stopped <- struct{}{} },
 	})
+	recv(t, ctx, aElected, "a elected")
 	sawA := make(chan struct{})
 	var once sync.Once
 	bElected := make(chan *election.Term, 1)

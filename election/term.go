@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -20,33 +21,30 @@ import (
 // a write after the term ended is rejected there.
 type Term struct {
 	el *Election
-	e  queue.Entry
+	h  *queue.Hold
 
-	watchOnce   sync.Once
-	cancelWatch context.CancelFunc // stops the watcher; nil if none started
-	watchDone   chan struct{}
+	mu    sync.Mutex
+	value string
+}
 
-	resignMu sync.Mutex // serialises Resign calls
-
-	mu        sync.Mutex
-	value     string
-	done      chan struct{}
-	err       error
-	resigned  bool
-	resigning bool // a Resign's delete is in flight: a deletion may be ours
-	goneSeen  bool // the watcher saw the key deleted while resigning
+// newTerm returns the term of ticket t, ended by the session's end before
+// the session's own Done closes (so Term.Done never lags behind it).
+func newTerm(el *Election, t queue.Ticket, value string) *Term {
+	term := &Term{el: el, value: value}
+	term.h = queue.NewHold(el.q, el.s, t, term.lostBySession, term.lostByDelete)
+	return term
 }
 
 // Epoch returns the term's epoch: the create revision of the leader's key.
 // Successive leaders of one election have strictly increasing epochs.
-func (t *Term) Epoch() uint64 { return uint64(t.e.Rev) }
+func (t *Term) Epoch() uint64 { return uint64(t.h.Ticket().Rev) }
 
 // Token returns the term's fencing token: the election's name and the
 // epoch.
 func (t *Term) Token() fence.Token { return fence.Token{Name: t.el.name, Seq: t.Epoch()} }
 
 // Key returns the leader's etcd key.
-func (t *Term) Key() string { return t.e.Key }
+func (t *Term) Key() string { return t.h.Ticket().Key }
 
 // Value returns the value the leader campaigned with or last proclaimed.
 func (t *Term) Value() string {
@@ -60,36 +58,19 @@ func (t *Term) Value() string {
 // leadership:
 //
 //	cli.Txn(ctx).If(t.IsLeader()).Then(clientv3.OpPut(k, v)).Commit()
-func (t *Term) IsLeader() clientv3.Cmp { return t.e.Owned() }
+func (t *Term) IsLeader() clientv3.Cmp { return t.h.Ticket().Owned() }
 
 // Done returns a channel closed when the term ends: at the session's local
-// deadline (or when its lease is reported gone, or it is closed), when the
-// leader's key is observed deleted, or on Resign. The first call starts one
-// watch on the key, which ends with the term (Resign, step-down, or the
-// session's end).
-func (t *Term) Done() <-chan struct{} {
-	t.watchOnce.Do(t.startWatch)
-	return t.done
-}
+// deadline (or when its lease is reported gone, or it is closed), before
+// the session's own Done closes; when the leader's key is observed deleted;
+// or on Resign. The first call starts one watch on the key, which ends with
+// the term.
+func (t *Term) Done() <-chan struct{} { return t.h.Done() }
 
 // Err returns nil while the term looks live; after that, why it ended: an
 // error matching ErrLeadershipLost and the session's error (session ended)
 // or ErrKeyDeleted (key deleted), or an error matching ErrResigned.
-func (t *Term) Err() error {
-	t.mu.Lock()
-	err := t.err
-	t.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	select {
-	case <-t.el.s.Done():
-		t.end(t.lostBySession())
-		return t.Err()
-	default:
-		return nil
-	}
-}
+func (t *Term) Err() error { return t.h.Err() }
 
 func (t *Term) lostBySession() error {
 	return fmt.Errorf("election %q: epoch %d: %w: %w", t.el.name, t.Epoch(), ErrLeadershipLost, t.el.s.Err())
@@ -97,57 +78,6 @@ func (t *Term) lostBySession() error {
 
 func (t *Term) lostByDelete() error {
 	return fmt.Errorf("election %q: epoch %d: %w: %w", t.el.name, t.Epoch(), ErrLeadershipLost, ErrKeyDeleted)
-}
-
-func (t *Term) end(err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err == nil {
-		t.err = err
-		close(t.done)
-	}
-}
-
-func (t *Term) startWatch() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.cancelWatch, t.watchDone = cancel, make(chan struct{})
-	go func() {
-		defer close(t.watchDone)
-		if t.el.q.WatchGone(ctx, t.e, t.e.Rev+1, t.el.s.Done()) {
-			t.mu.Lock()
-			if t.resigning { // maybe our own delete: Resign decides
-				t.goneSeen = true
-				t.mu.Unlock()
-				return
-			}
-			t.mu.Unlock()
-			t.end(t.lostByDelete())
-			return
-		}
-		select {
-		case <-t.el.s.Done():
-			t.end(t.lostBySession())
-		default: // stopped by Resign or a failed Proclaim
-		}
-	}()
-}
-
-// stopWatch stops the watcher goroutine, if one runs, and waits for it.
-func (t *Term) stopWatch() {
-	t.watchOnce.Do(func() {}) // no watcher may start from now on
-	t.mu.Lock()
-	cancel, done := t.cancelWatch, t.watchDone
-	t.cancelWatch = nil
-	t.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
 }
 
 // Proclaim sets the leader's value, with a put guarded by the key's create
@@ -159,14 +89,13 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.Err(); err != nil {
 		return err
 	}
-	ok, err := t.el.q.Update(ctx, t.e, value)
+	ok, err := t.el.q.Update(ctx, t.h.Ticket().Entry, value)
 	if err != nil {
 		return t.el.wrap(ctx, "proclaim", err)
 	}
 	if !ok {
-		lost := t.lostByDelete()
-		t.end(lost)
-		t.stopWatch()
+		t.h.End(t.lostByDelete())
+		t.h.Stop()
 		return t.Err()
 	}
 	t.mu.Lock()
@@ -182,41 +111,9 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // any I/O: the key is gone or its lease is about to expire. After a
 // successful Resign, Err matches ErrResigned and later calls return nil.
 func (t *Term) Resign(ctx context.Context) error {
-	t.resignMu.Lock()
-	defer t.resignMu.Unlock()
-	t.mu.Lock()
-	resigned := t.resigned
-	t.mu.Unlock()
-	if resigned {
-		return nil
-	}
-	if err := t.Err(); err != nil {
-		t.stopWatch()
-		return err
-	}
-	t.mu.Lock()
-	t.resigning = true
-	t.mu.Unlock()
-	deleted, err := t.el.q.Remove(ctx, t.e)
-	t.mu.Lock()
-	t.resigning = false
-	goneSeen := t.goneSeen
-	t.mu.Unlock()
-	if err != nil {
-		if goneSeen { // the watcher has exited: the term must end here
-			t.end(t.lostByDelete())
-		}
+	err := t.h.Release(ctx, fmt.Errorf("election %q: epoch %d: %w", t.el.name, t.Epoch(), ErrResigned))
+	if err != nil && !errors.Is(err, ErrLeadershipLost) {
 		return t.el.wrap(ctx, "resign", err)
 	}
-	if !deleted {
-		t.end(t.lostByDelete())
-		t.stopWatch()
-		return t.Err()
-	}
-	t.mu.Lock()
-	t.resigned = true
-	t.mu.Unlock()
-	t.end(fmt.Errorf("election %q: epoch %d: %w", t.el.name, t.Epoch(), ErrResigned))
-	t.stopWatch()
-	return nil
+	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -88,48 +87,45 @@ func (m *Mutex) TryLock(ctx context.Context) (Held, error) {
 	return m.acquire(ctx, true)
 }
 
-func (m *Mutex) acquire(ctx context.Context, try bool) (_ Held, err error) {
+func (m *Mutex) acquire(ctx context.Context, try bool) (Held, error) {
 	if err := m.sessionErr(); err != nil {
 		return nil, err
 	}
-	key := m.q.NewKey(m.s.Lease())
-	defer func() {
-		if err != nil {
-			if cerr := m.q.Cleanup(ctx, key); cerr != nil {
-				err = fmt.Errorf("%w (and removing key %q failed: %v)", err, key, cerr)
-			}
-		}
-	}()
 	if try {
-		e, _, ok, err := m.q.TryEnqueue(ctx, key, m.opts.owner, m.s.Lease())
+		t, _, ok, err := m.q.TryJoin(ctx, m.s, m.opts.owner)
 		if err != nil {
 			return nil, m.wrap("try lock", err)
 		}
 		if !ok {
 			return nil, fmt.Errorf("lock %q: %w", m.name, ErrLocked)
 		}
-		return m.grant(e)
+		return m.grant(ctx, t)
 	}
-	e, pred, err := m.q.Enqueue(ctx, key, m.opts.owner, m.s.Lease())
+	t, pred, err := m.q.Join(ctx, m.s, m.opts.owner)
 	if err != nil {
 		return nil, m.wrap("lock", err)
 	}
-	if err := m.q.Wait(ctx, e, pred, e.Rev, m.s.Done()); err != nil {
-		return nil, m.wrap("lock", err)
+	if err := m.q.Wait(ctx, t.Entry, pred, t.Rev+1, m.s.Done()); err != nil {
+		return nil, m.abandon(ctx, t, m.wrap("lock", err))
 	}
-	return m.grant(e)
+	return m.grant(ctx, t)
 }
 
-// grant checks, after the key became first, that the session is still live,
-// and ties the grant to the session's end.
-func (m *Mutex) grant(e queue.Entry) (Held, error) {
-	if err := m.sessionErr(); err != nil {
-		return nil, err
+// abandon removes t's key after a failed acquire and returns err.
+func (m *Mutex) abandon(ctx context.Context, t queue.Ticket, err error) error {
+	if aerr := m.q.Abandon(ctx, t); aerr != nil {
+		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
 	}
-	g := &Grant{m: m, e: e, done: make(chan struct{})}
-	g.stopHook = m.s.AfterDone(func() { g.end(g.lostBySession()) })
-	if g.Err() != nil { // the session ended in between
-		return nil, fmt.Errorf("lock %q: %w: %w", m.name, ErrSessionDone, m.s.Err())
+	return err
+}
+
+// grant ties t to the session's end; it fails if the session ended before.
+func (m *Mutex) grant(ctx context.Context, t queue.Ticket) (Held, error) {
+	g := &Grant{m: m}
+	g.h = queue.NewHold(m.q, m.s, t, g.lostBySession, g.lostByDelete)
+	if g.Err() != nil { // the session ended before the grant
+		g.h.Stop()
+		return nil, m.abandon(ctx, t, fmt.Errorf("lock %q: %w: %w", m.name, ErrSessionDone, m.s.Err()))
 	}
 	return g, nil
 }
@@ -161,133 +157,55 @@ func (m *Mutex) wrap(op string, err error) error {
 // the resource, and stop acting when Done closes.
 type Grant struct {
 	m *Mutex
-	e queue.Entry
-
-	stopHook    func() bool // unregisters the session AfterDone hook
-	watchOnce   sync.Once
-	cancelWatch context.CancelFunc // stops the watcher; nil if none started
-	watchDone   chan struct{}
-
-	mu       sync.Mutex
-	done     chan struct{}
-	err      error
-	released bool // Unlock has run its delete
+	h *queue.Hold
 }
 
 // Token returns the fencing token: the lock's name and the grant key's
 // create revision.
-func (g *Grant) Token() fence.Token { return fence.Token{Name: g.m.name, Seq: uint64(g.e.Rev)} }
+func (g *Grant) Token() fence.Token { return fence.Token{Name: g.m.name, Seq: uint64(g.Revision())} }
 
 // Key returns the grant's etcd key.
-func (g *Grant) Key() string { return g.e.Key }
+func (g *Grant) Key() string { return g.h.Ticket().Key }
 
 // Revision returns the grant key's create revision (the token's Seq).
-func (g *Grant) Revision() int64 { return g.e.Rev }
+func (g *Grant) Revision() int64 { return g.h.Ticket().Rev }
 
 // IsOwner returns a comparison that holds only while this grant's key
 // exists, for etcd transactions that must commit only under the lock:
 //
 //	cli.Txn(ctx).If(g.IsOwner()).Then(clientv3.OpPut(k, v)).Commit()
-func (g *Grant) IsOwner() clientv3.Cmp { return g.e.Owned() }
+func (g *Grant) IsOwner() clientv3.Cmp { return g.h.Ticket().Owned() }
 
 // Done returns a channel closed when the lock may be lost: the session's
 // local deadline passed or its lease is gone (Done closes before the
 // session's own Done), the grant's key was deleted, or Unlock was called.
 // The first call starts one watch on the key, which ends with the grant.
-func (g *Grant) Done() <-chan struct{} {
-	g.watchOnce.Do(g.startWatch)
-	return g.done
-}
+func (g *Grant) Done() <-chan struct{} { return g.h.Done() }
 
 // Err returns nil while the grant looks live, otherwise why it ended: an
 // error matching ErrLockLost (and the session's error, if that was the
 // cause), or ErrUnlocked.
-func (g *Grant) Err() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.err
-}
+func (g *Grant) Err() error { return g.h.Err() }
 
 func (g *Grant) lostBySession() error {
 	return fmt.Errorf("lock %q: %w: %w", g.m.name, ErrLockLost, g.m.s.Err())
 }
 
-func (g *Grant) end(err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.err == nil {
-		g.err = err
-		close(g.done)
-	}
-}
-
-func (g *Grant) startWatch() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.err != nil {
-		return
-	}
-	// The watch context ends with the session (and its loss is reported by
-	// the AfterDone hook) or with Unlock.
-	ctx, cancel := context.WithCancel(g.m.s.Context())
-	g.cancelWatch, g.watchDone = cancel, make(chan struct{})
-	go func() {
-		defer close(g.watchDone)
-		if g.m.q.WatchGone(ctx, g.e, g.e.Rev+1, nil) {
-			g.end(fmt.Errorf("lock %q: key %q deleted: %w", g.m.name, g.e.Key, ErrLockLost))
-		}
-	}()
+func (g *Grant) lostByDelete() error {
+	return fmt.Errorf("lock %q: key %q deleted: %w", g.m.name, g.Key(), ErrLockLost)
 }
 
 // Unlock releases the grant with a delete guarded by the key's create
 // revision, so it never deletes a later holder's key. It returns an error
 // matching ErrLockLost if the grant had already ended (key gone, session
-// done); in that case it still deletes the key if it exists, and later
-// calls return the same error. After a successful Unlock, later calls
-// return nil. If the delete itself fails (ctx ended, etcd unreachable), the
-// error says so and Unlock may be retried.
+// done), without I/O if that was known (the key is gone or goes with the
+// lease), and later calls return the same error. After a successful Unlock,
+// later calls return nil. If the delete itself fails (ctx ended, etcd
+// unreachable), the error says so and Unlock may be retried.
 func (g *Grant) Unlock(ctx context.Context) error {
-	g.mu.Lock()
-	released, ended := g.released, g.err
-	g.mu.Unlock()
-	if released {
-		if errors.Is(ended, ErrUnlocked) {
-			return nil
-		}
-		return ended
-	}
-	lost := g.Err()
-	deleted, err := g.m.q.Remove(ctx, g.e)
-	if err != nil {
+	err := g.h.Release(ctx, fmt.Errorf("lock %q: %w", g.m.name, ErrUnlocked))
+	if err != nil && !errors.Is(err, ErrLockLost) {
 		return fmt.Errorf("lock %q: unlock: %w", g.m.name, err)
 	}
-	g.mu.Lock()
-	g.released = true
-	g.mu.Unlock()
-	defer g.stopWatch()
-	switch {
-	case lost != nil:
-		return lost
-	case !deleted:
-		err := fmt.Errorf("lock %q: unlock: key %q was already gone: %w", g.m.name, g.e.Key, ErrLockLost)
-		g.end(err)
-		return g.Err()
-	}
-	g.end(fmt.Errorf("lock %q: %w", g.m.name, ErrUnlocked))
-	return nil
-}
-
-// stopWatch stops the watcher goroutine, if one runs, and waits for it, and
-// unregisters the session hook.
-func (g *Grant) stopWatch() {
-	g.stopHook()
-	g.watchOnce.Do(func() {}) // no watcher may start from now on
-	g.mu.Lock()
-	cancel, done := g.cancelWatch, g.watchDone
-	g.cancelWatch = nil
-	g.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
+	return err
 }

@@ -165,4 +165,3 @@ func waitPuts(t *testing.T, w clientv3.WatchChan, n int) {
 		n -= len(wr.Events)
 	}
 }
-

@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/redistest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
+	"github.com/dlock-go/dlock/session"
 )
 
 // A benchBackend returns a new, independent Locker handle (its own client)
@@ -16,9 +18,24 @@ import (
 type benchBackend func(b *testing.B, name string) lock.Locker
 
 // benchBackends maps a backend's name to a function that starts its servers
-// for one benchmark and returns the backend. The etcd Mutex joins the
-// benchmarks by adding an entry.
+// for one benchmark and returns the backend: the etcd Mutex, single Redis
+// and Redlock(5), measured in one run on one machine.
 var benchBackends = map[string]func(b *testing.B) benchBackend{
+	"etcd": func(b *testing.B) benchBackend {
+		c := etcdtest.New(b)
+		return func(b *testing.B, name string) lock.Locker {
+			s, err := session.New(b.Context(), c.Client(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close(context.Background()) })
+			m, err := lock.New(s, name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return m
+		}
+	},
 	"redis": func(b *testing.B) benchBackend {
 		s := redistest.Start(b)
 		return func(b *testing.B, name string) lock.Locker {

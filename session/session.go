@@ -74,13 +74,13 @@ func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline t
 		ctx:       ctx,
 		cancel:    cancel,
 		afterDone: make(map[uint64]func()),
-		cli:      cli,
-		id:       id,
-		opts:     o,
-		done:     make(chan struct{}),
-		stopLoop: stop,
-		loopDone: make(chan struct{}),
-		deadline: deadline,
+		cli:       cli,
+		id:        id,
+		opts:      o,
+		done:      make(chan struct{}),
+		stopLoop:  stop,
+		loopDone:  make(chan struct{}),
+		deadline:  deadline,
 	}
 	go s.run(loopCtx, o.now())
 	return s

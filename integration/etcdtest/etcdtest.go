@@ -70,14 +70,14 @@ type Cluster struct {
 // Member is one embedded etcd member. Stop and Restart it to test member
 // loss; its data directory survives a restart.
 type Member struct {
-	name       string
-	dir        string
-	peerURL    url.URL
-	clientURL  url.URL
-	initial    string
-	cfg        config
-	mu         sync.Mutex
-	etcd       *embed.Etcd
+	name      string
+	dir       string
+	peerURL   url.URL
+	clientURL url.URL
+	initial   string
+	cfg       config
+	mu        sync.Mutex
+	etcd      *embed.Etcd
 }
 
 // New starts an embedded etcd cluster and registers its shutdown with

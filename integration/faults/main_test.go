@@ -265,3 +265,7 @@ func (r *resource) read(client int) string {
 	r.hist.Add(client, call, faults.RegisterInput{Read: true}, faults.RegisterOutput{Value: v}, r.hist.Now())
 	return v
 }
+
+func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, func()) {
+	return context.WithTimeout(ctx, d)
+}

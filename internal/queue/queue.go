@@ -7,8 +7,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -18,8 +16,6 @@ import (
 // CleanupTimeout bounds the detached delete that removes an entry after a
 // cancelled or failed acquire.
 const CleanupTimeout = 5 * time.Second
-
-var seq atomic.Uint64
 
 // Queue is a prefix of ordered keys. Prefix ends with "/".
 type Queue struct {
@@ -33,61 +29,17 @@ type Entry struct {
 	Rev int64 // create revision: the fencing token
 }
 
-// NewKey returns a key unique to this attempt: the lease in hex and a
-// process-wide counter.
-func (q Queue) NewKey(lease clientv3.LeaseID) string {
-	return fmt.Sprintf("%s%016x-%x", q.Prefix, int64(lease), seq.Add(1))
-}
-
-// Enqueue creates key (bound to lease, holding val) at the end of the queue
-// and returns it with its predecessor at that moment (nil: e is first, the
-// holder), in one round trip. If it fails, the key may or may not exist; the
-// caller must Cleanup.
-func (q Queue) Enqueue(ctx context.Context, key, val string, lease clientv3.LeaseID) (Entry, *mvccpb.KeyValue, error) {
-	resp, err := q.Client.Txn(ctx).Then(
-		clientv3.OpGet(q.Prefix, clientv3.WithLastCreate()...),
-		clientv3.OpPut(key, val, clientv3.WithLease(lease)),
-	).Commit()
-	if err != nil {
-		return Entry{Key: key}, nil, err
-	}
-	e := Entry{Key: key, Rev: resp.Header.Revision}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		return e, kvs[0], nil
-	}
-	return e, nil, nil
-}
-
-// TryEnqueue creates key only if the queue is empty, in one round trip (a
-// Txn whose compare covers the whole prefix). If the queue is not empty it
-// returns ok=false, no key is created, and holder is the current first
-// entry.
-func (q Queue) TryEnqueue(ctx context.Context, key, val string, lease clientv3.LeaseID) (e Entry, holder *mvccpb.KeyValue, ok bool, err error) {
-	resp, err := q.Client.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(q.Prefix), "=", 0).WithPrefix(),
-	).Then(
-		clientv3.OpPut(key, val, clientv3.WithLease(lease)),
-	).Else(
-		clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...),
-	).Commit()
-	if err != nil {
-		return Entry{Key: key}, nil, false, err
-	}
-	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			holder = kvs[0]
-		}
-		return Entry{}, holder, false, nil
-	}
-	return Entry{Key: key, Rev: resp.Header.Revision}, nil, true, nil
-}
-
 // ErrEntryGone is returned by Wait when the entry's own key disappeared
 // while it waited (its session ended or someone deleted it).
 var ErrEntryGone = errors.New("queue entry deleted while waiting")
 
 // Wait blocks until e is the first entry. pred is e's predecessor as
-// returned by Enqueue. It watches only the immediate predecessor; after each
+// returned by Join, and fromRev the revision to watch it from: e.Rev+1
+// (pred existed at e.Rev, so its deletion comes later). Watching from a
+// revision above the store's current one puts the watcher straight into
+// etcd's synced group; a watch from an older revision is caught up by a
+// loop that runs every 100ms, which would delay a quick handoff by up to
+// that much. It watches only the immediate predecessor; after each
 // deletion it re-reads, in one round trip, the new predecessor and whether e
 // itself still exists. It returns ErrEntryGone if e disappeared, the error of
 // stop's cause when stop closes, or ctx's error. It never deletes e.
@@ -170,8 +122,8 @@ func (q Queue) Cleanup(ctx context.Context, key string) error {
 	return err
 }
 
-// Owned reports whether cmp-able entry e still exists: a Cmp that holds only
-// while e is the same key, for conditional writes inside etcd.
+// Owned returns a Cmp that holds only while e's key exists with e's create
+// revision, for writes inside etcd conditional on e.
 func (e Entry) Owned() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(e.Key), "=", e.Rev)
 }

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -27,12 +28,14 @@ type etcdFlags struct {
 	prefix      string
 	ttl         time.Duration
 	dialTimeout time.Duration
+
+	username, password string // from --dsn
 }
 
-func (f *etcdFlags) register(fs *flag.FlagSet, defaultPrefix string, withTTL bool) {
+func (f *etcdFlags) register(fs *flagSet, withTTL bool) {
 	fs.StringVar(&f.endpoints, "endpoints", defaultEndpoints, "etcd endpoints, comma-separated (host:port or http://host:port)")
-	fs.StringVar(&f.dsn, "dsn", "", "etcd DSN, instead of --endpoints: etcd://h1:2379,h2:2379[/prefix][?ttl=10s]")
-	fs.StringVar(&f.prefix, "prefix", defaultPrefix, "etcd key prefix")
+	fs.StringVar(&f.dsn, "dsn", "", "etcd DSN, instead of --endpoints: etcd://[user:pass@]h1:2379,h2:2379[/prefix][?ttl=10s&dial_timeout=5s]")
+	fs.StringVar(&f.prefix, "prefix", dlock.DefaultPrefix, "etcd key namespace: locks live under <prefix>/lock/<name>/, elections under <prefix>/election/<name>/")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", defaultDialTimeout, "give up connecting to etcd after this long")
 	if withTTL {
 		fs.DurationVar(&f.ttl, "ttl", session.DefaultTTL, "session TTL: how long after the last heartbeat the lock is released (whole seconds, ≥ 2s)")
@@ -40,21 +43,28 @@ func (f *etcdFlags) register(fs *flag.FlagSet, defaultPrefix string, withTTL boo
 }
 
 // resolve applies --dsn over the other flags and checks them.
-func (f *etcdFlags) resolve(fs *flag.FlagSet) error {
+func (f *etcdFlags) resolve(fs *flagSet) error {
 	if f.dsn != "" {
 		if isSet(fs, "endpoints") {
 			return usageError("--dsn and --endpoints are mutually exclusive")
 		}
-		cfg, err := parseEtcdDSN(f.dsn)
+		cfg, err := dlock.ParseDSN(f.dsn)
 		if err != nil {
 			return usageError("--dsn: %v", err)
 		}
-		f.endpoints = strings.Join(cfg.endpoints, ",")
-		if cfg.prefix != "" && !isSet(fs, "prefix") {
-			f.prefix = cfg.prefix
+		if cfg.Backend != dlock.BackendEtcd {
+			return usageError("--dsn: this command needs etcd (etcd://host:port,...), not %s", cfg.Backend)
 		}
-		if cfg.ttl != 0 && !isSet(fs, "ttl") {
-			f.ttl = cfg.ttl
+		f.endpoints = strings.Join(cfg.Endpoints, ",")
+		f.username, f.password = cfg.Username, cfg.Password
+		if cfg.Prefix != "" && !isSet(fs, "prefix") {
+			f.prefix = cfg.Prefix
+		}
+		if cfg.TTL != 0 && !isSet(fs, "ttl") {
+			f.ttl = cfg.TTL
+		}
+		if cfg.DialTimeout != 0 && !isSet(fs, "dial-timeout") {
+			f.dialTimeout = cfg.DialTimeout
 		}
 	}
 	if len(f.list()) == 0 {
@@ -87,6 +97,8 @@ func (f *etcdFlags) connect(ctx context.Context) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   eps,
 		DialTimeout: f.dialTimeout,
+		Username:    f.username,
+		Password:    f.password,
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
@@ -105,8 +117,11 @@ func (f *etcdFlags) connect(ctx context.Context) (*clientv3.Client, error) {
 	return cli, nil
 }
 
+func (f *etcdFlags) lockPrefix() string     { return f.prefix + "/lock" }
+func (f *etcdFlags) electionPrefix() string { return f.prefix + "/election" }
+
 // isSet reports whether the flag called name was given on the command line.
-func isSet(fs *flag.FlagSet, name string) bool {
+func isSet(fs *flagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set

@@ -89,12 +89,12 @@ func (d *demo) run(ctx context.Context) error {
 	// A reaches etcd through a proxy that can drop its traffic: that is how
 	// the demo pauses A's heartbeats without pausing this whole process
 	// (etcd runs in it too).
-	p, err := startProxy(etcd.addr)
+	p, proxyAddr, err := startProxy(etcd.addr)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	cliA, err := demoClient(ctx, p.From())
+	cliA, err := demoClient(ctx, proxyAddr)
 	if err != nil {
 		return err
 	}
@@ -190,15 +190,17 @@ func (d *demo) run(ctx context.Context) error {
 	valA := fmt.Sprintf("unpaid (by A, token %d)", tokA.Seq)
 	d.say("A", "RESUMES, still believing it holds the lock, and writes %q:", valA)
 	plain.write(name, valA)
-	d.say("", "      unfenced resource: write accepted")
+	d.say("", "       unfenced resource: write accepted")
 	errA := guard.Do(tokA, func() error { fenced.write(name, valA); return nil })
 	if !errors.Is(errA, fence.ErrStaleToken) {
 		return fmt.Errorf("demo: the fenced write with token %d was not rejected (got %v)", tokA.Seq, errA)
 	}
-	d.say("", "      fenced resource:   write REJECTED: %v", errA)
+	d.say("", "       fenced resource:   write REJECTED: %v", errA)
 
-	lost := heldA.Unlock(ctx)
-	d.say("A", "only now learns: %v", lost)
+	// Only now does A look at its lock (a check before the write would not
+	// have helped: the pause can fall between the check and the write).
+	<-heldA.Done()
+	d.say("A", "checks its lock only now: %v", heldA.(lock.Errer).Err())
 
 	fmt.Fprintf(d.out, `
 Result for %q:
@@ -284,10 +286,10 @@ func startEtcd(ctx context.Context) (*embeddedEtcd, error) {
 	}
 }
 
-func startProxy(to string) (proxy.Server, error) {
-	from, err := freeAddr()
+func startProxy(to string) (_ proxy.Server, from string, err error) {
+	from, err = freeAddr()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	p := proxy.NewServer(proxy.ServerConfig{
 		Logger: zap.NewNop(),
@@ -296,10 +298,10 @@ func startProxy(to string) (proxy.Server, error) {
 	})
 	select {
 	case <-p.Ready():
-		return p, nil
+		return p, from, nil
 	case err := <-p.Error():
 		p.Close()
-		return nil, fmt.Errorf("demo: proxy: %w", err)
+		return nil, "", fmt.Errorf("demo: proxy: %w", err)
 	}
 }
 

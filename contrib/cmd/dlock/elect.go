@@ -1,5 +1,116 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
 
-func runElect(ctx context.Context, e *env, args []string) error   { return nil }
+	"github.com/dlock-go/dlock/election"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/session"
+)
+
+const electDescription = `
+dlock elect NAME VALUE campaigns in the election NAME with VALUE, prints a
+line when elected (with the epoch: the leader's fencing token), stays
+leader until interrupted (SIGINT, SIGTERM), then resigns and exits 0. If
+leadership is lost first (the session could not reach etcd in time, or its
+lease was revoked), it prints one line and exits 3.
+
+dlock elect --observe NAME prints the current leader, then one line per
+change ("leader VALUE epoch N", or "no leader"), until interrupted.
+
+Exit codes: 0 resigned or stopped observing, 1 error, 2 bad flags or
+arguments, 3 leadership lost.`
+
+func runElect(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "elect", "[flags] NAME VALUE | --observe NAME", electDescription)
+	var conn etcdFlags
+	conn.register(fs, true)
+	observe := fs.Bool("observe", false, "print the leader and every change of leader, instead of campaigning")
+	pos, err := parse(fs, args, true)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *observe && len(pos) != 1:
+		return usageError("--observe takes one argument, the election's NAME; got %d", len(pos))
+	case !*observe && len(pos) != 2:
+		return usageError("want two arguments, NAME and VALUE; got %d", len(pos))
+	}
+	if err := conn.resolve(fs); err != nil {
+		return err
+	}
+	if err := checkTTL(conn.ttl); err != nil {
+		return err
+	}
+	// Check the name before connecting (elections use the lock name rules).
+	if err := lock.ValidateName(pos[0]); err != nil {
+		return usageError("%v", err)
+	}
+
+	cli, err := conn.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	sess, err := session.New(ctx, cli, session.WithTTL(conn.ttl))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		sess.Close(cctx)
+	}()
+	el, err := election.New(sess, pos[0], election.WithPrefix(conn.electionPrefix()))
+	if err != nil {
+		return usageError("%v", err)
+	}
+	if *observe {
+		return observeElection(ctx, e, el)
+	}
+	return campaign(ctx, e, el, pos[1])
+}
+
+func campaign(ctx context.Context, e *env, el *election.Election, value string) error {
+	fmt.Fprintf(e.stdout, "campaigning in %q as %q\n", el.Name(), value)
+	term, err := el.Campaign(ctx, value)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted before being elected
+		}
+		return err
+	}
+	fmt.Fprintf(e.stdout, "elected: leader of %q with epoch %d (token %s); interrupt to resign\n", el.Name(), term.Epoch(), term.Token())
+	select {
+	case <-term.Done():
+		return exitWith(exitLockLost, "leadership of %q lost: %v", el.Name(), term.Err())
+	case <-ctx.Done():
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := term.Resign(rctx); err != nil {
+		if errors.Is(err, election.ErrLeadershipLost) {
+			return exitWith(exitLockLost, "leadership of %q lost: %v", el.Name(), err)
+		}
+		return fmt.Errorf("resign: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "resigned: epoch %d ended\n", term.Epoch())
+	return nil
+}
+
+func observeElection(ctx context.Context, e *env, el *election.Election) error {
+	for l := range el.Observe(ctx) {
+		if l.IsZero() {
+			fmt.Fprintf(e.stdout, "%s  no leader\n", time.Now().Format(time.TimeOnly))
+			continue
+		}
+		fmt.Fprintf(e.stdout, "%s  leader %q epoch %d\n", time.Now().Format(time.TimeOnly), l.Value, l.Epoch)
+	}
+	if ctx.Err() == nil {
+		return errors.New("observe ended unexpectedly")
+	}
+	return nil
+}

@@ -127,28 +127,36 @@ Start here: go run ./contrib/cmd/dlock demo
 `)
 }
 
-// newFlagSet returns a flag set that reports errors instead of exiting and
-// prints its usage (synopsis, description, flags) to e.stderr on --help.
-func newFlagSet(e *env, name, synopsis, description string) *flag.FlagSet {
+// flagSet is a subcommand's flags, with the help text printed by --help.
+type flagSet struct {
+	*flag.FlagSet
+	help func()
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting or
+// printing them (report prints them, on one line) and prints its help
+// (synopsis, description, flags) to e.stderr on --help.
+func newFlagSet(e *env, name, synopsis, description string) *flagSet {
 	fs := flag.NewFlagSet("dlock "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are reported once, by report
-	fs.Usage = func() {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	help := func() {
 		fmt.Fprintf(e.stderr, "Usage: dlock %s %s\n\n%s\n\nFlags:\n", name, synopsis, strings.TrimSpace(description))
 		fs.SetOutput(e.stderr)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
-	return fs
+	return &flagSet{FlagSet: fs, help: help}
 }
 
 // parse parses args; with interleave, flags may also follow positional
 // arguments (up to a "--"). It returns the positional arguments.
-func parse(fs *flag.FlagSet, args []string, interleave bool) ([]string, error) {
+func parse(fs *flagSet, args []string, interleave bool) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
+				fs.help()
 				return nil, err
 			}
 			return nil, usageError("%v", err)

@@ -1,5 +1,213 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
 
-func runRun(ctx context.Context, e *env, args []string) error     { return nil }
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/session"
+)
+
+const runDescription = `
+Acquires the lock NAME on etcd (waiting in line if it is held), runs CMD
+while holding it, releases it when CMD exits, and exits with CMD's exit
+code. CMD gets the lock's name in $DLOCK_LOCK and its fencing token in
+$DLOCK_TOKEN ("<name>:<seq>", the fence wire form): pass the token on with
+every write, so that the resource can reject a write from a holder that has
+lost the lock (see "dlock demo").
+
+If the lock is lost while CMD runs (the session could not reach etcd in
+time, or someone revoked its lease), CMD's process group gets SIGTERM, then
+SIGKILL after --grace, and dlock exits with code 3. SIGINT and SIGTERM sent
+to dlock are forwarded to CMD.
+
+CMD runs in a process group of its own (so that a lost lock stops all of
+it); it is not the terminal's foreground group.
+
+Exit codes:
+  CMD's code  CMD exited while holding the lock (128+N if killed by signal N)
+  1           error: etcd unreachable, lock not acquired within --timeout…
+  2           bad flags or arguments
+  3           the lock was lost while CMD ran (whatever CMD's exit code)
+  127         CMD could not be started
+  128+N       interrupted by signal N while waiting for the lock`
+
+// Defaults for run's flags.
+const (
+	defaultGrace   = 10 * time.Second
+	releaseTimeout = 5 * time.Second // bounds the unlock and lease revoke on the way out
+	exitNoCommand  = 127
+)
+
+func runRun(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "run", "--lock NAME [flags] -- CMD [ARGS...]", runDescription)
+	var (
+		conn    etcdFlags
+		name    = fs.String("lock", "", "the lock's name (required): letters, digits, '-._', segments separated by '/'")
+		owner   = fs.String("owner", "", "value stored in the lock's key, shown by inspect (default \"<hostname>/<pid>\")")
+		timeout = fs.Duration("timeout", 0, "give up if the lock is not acquired within this long (0: wait forever)")
+		grace   = fs.Duration("grace", defaultGrace, "after the lock is lost, wait this long between SIGTERM and SIGKILL")
+	)
+	conn.register(fs, true)
+	// Signals are watched from the start, so none is missed and none kills
+	// dlock before it can release the lock.
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+
+	argv, err := parse(fs, args, false)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *name == "":
+		return usageError("--lock is required")
+	case len(argv) == 0:
+		return usageError("no command given: dlock run --lock NAME -- CMD [ARGS...]")
+	case *timeout < 0:
+		return usageError("--timeout %v must not be negative", *timeout)
+	case *grace < 0:
+		return usageError("--grace %v must not be negative", *grace)
+	}
+	if err := lock.ValidateName(*name); err != nil {
+		return usageError("--lock: %v", err)
+	}
+	if err := conn.resolve(fs); err != nil {
+		return err
+	}
+	if err := checkTTL(conn.ttl); err != nil {
+		return err
+	}
+
+	// Phase 1: connect and acquire; a signal cancels.
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var sig os.Signal
+	go func() {
+		select {
+		case sig = <-sigc:
+			cancel()
+		case <-actx.Done():
+		}
+	}()
+	cli, err := conn.connect(actx)
+	if err != nil {
+		return interrupted(sig, err)
+	}
+	defer cli.Close()
+	sess, err := session.New(actx, cli, session.WithTTL(conn.ttl))
+	if err != nil {
+		return interrupted(sig, err)
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer ccancel()
+		sess.Close(cctx)
+	}()
+	opts := []lock.Option{lock.WithPrefix(conn.lockPrefix())}
+	if *owner != "" {
+		opts = append(opts, lock.WithOwner(*owner))
+	}
+	m, err := lock.New(sess, *name, opts...)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	lctx := actx
+	if *timeout > 0 {
+		var lcancel context.CancelFunc
+		lctx, lcancel = context.WithTimeout(actx, *timeout)
+		defer lcancel()
+	}
+	held, err := m.Lock(lctx)
+	cancel() // stop the phase-1 signal watcher
+	if err != nil {
+		if sig == nil && errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("lock %q: not acquired within --timeout %v", *name, *timeout)
+		}
+		return interrupted(sig, err)
+	}
+	if sig != nil { // a signal came just as the lock was granted
+		release(held)
+		return interrupted(sig, context.Canceled)
+	}
+	defer release(held)
+
+	// Phase 2: run the command while holding the lock.
+	return runHolding(e, held, *name, argv, *grace, sigc)
+}
+
+// runHolding runs argv while held lasts, and returns the exit status.
+func runHolding(e *env, held lock.Held, name string, argv []string, grace time.Duration, sigc <-chan os.Signal) error {
+	lost := held.Done() // start watching before the command starts
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
+	cmd.Env = append(os.Environ(), "DLOCK_LOCK="+name, "DLOCK_TOKEN="+held.Token().String())
+	setGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		return exitWith(exitNoCommand, "%v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var (
+		wasLost bool
+		kill    <-chan time.Time
+	)
+	for {
+		select {
+		case <-exited:
+			if wasLost {
+				return &codeError{code: exitLockLost} // already reported
+			}
+			if code := cmd.ProcessState.ExitCode(); code >= 0 {
+				return &codeError{code: code}
+			}
+			return &codeError{code: signalCode(cmd.ProcessState)}
+		case s := <-sigc:
+			signalGroup(cmd, s)
+		case <-lost:
+			lost, wasLost = nil, true
+			why := errors.New("lock lost")
+			if er, ok := held.(lock.Errer); ok && er.Err() != nil {
+				why = er.Err()
+			}
+			fmt.Fprintf(e.stderr, "dlock run: %s; stopping %s (SIGTERM now, SIGKILL in %v)\n", oneLine(why.Error()), argv[0], grace)
+			signalGroup(cmd, syscall.SIGTERM)
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			signalGroup(cmd, syscall.SIGKILL)
+		}
+	}
+}
+
+// release unlocks held with a bounded context detached from any signal.
+func release(held lock.Held) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	held.Unlock(ctx)
+}
+
+// interrupted returns err, or the 128+N exit for signal sig if one arrived.
+func interrupted(sig os.Signal, err error) error {
+	if s, ok := sig.(syscall.Signal); ok {
+		return exitWith(128+int(s), "interrupted by %v", sig)
+	}
+	return err
+}
+
+// checkTTL checks a session TTL before connecting, with session's rules.
+func checkTTL(ttl time.Duration) error {
+	if ttl < session.MinTTL || ttl%time.Second != 0 {
+		return usageError("--ttl %v must be a whole number of seconds, at least %v", ttl, session.MinTTL)
+	}
+	return nil
+}

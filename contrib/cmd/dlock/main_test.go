@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/integration/etcdtest"
+)
+
+// bin is the dlock binary built by TestMain.
+var bin string
+
+// cmdTimeout bounds every run of the binary.
+const cmdTimeout = 60 * time.Second
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(buildFirst{m}, etcdtest.GoleakOptions()...)
+}
+
+// buildFirst builds the binary before the tests run and removes it after.
+type buildFirst struct{ m *testing.M }
+
+func (b buildFirst) Run() int {
+	dir, err := os.MkdirTemp("", "dlock-cli-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin = filepath.Join(dir, "dlock")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		return 1
+	}
+	return b.m.Run()
+}
+
+// result is a finished run of the binary.
+type result struct {
+	stdout, stderr string
+	code           int
+	elapsed        time.Duration
+}
+
+// runCLI runs the binary with args to completion, within cmdTimeout.
+func runCLI(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
+	require.NoError(t, ctx.Err(), "dlock %v did not finish within %v; stderr: %s", args, cmdTimeout, r.stderr)
+	if err != nil {
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "dlock %v", args)
+	}
+	r.code = cmd.ProcessState.ExitCode()
+	return r
+}
+
+// proc is a running dlock whose stdout is read line by line.
+type proc struct {
+	cmd    *exec.Cmd
+	lines  chan string // stdout lines; closed at EOF
+	stderr *lockedBuffer
+	waited chan struct{}
+	err    error
+}
+
+// start starts the binary with args; it is killed at the latest when the
+// test ends or cmdTimeout passes.
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), cmdTimeout)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	p := &proc{cmd: cmd, lines: make(chan string, 100), stderr: &lockedBuffer{}, waited: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		p.err = cmd.Wait()
+		cancel()
+		close(p.waited)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-p.waited
+	})
+	return p
+}
+
+// waitLine returns the first stdout line containing substr, failing the
+// test if the process ends or cmdTimeout passes first.
+func (p *proc) waitLine(t *testing.T, substr string) string {
+	t.Helper()
+	timeout := time.NewTimer(cmdTimeout)
+	defer timeout.Stop()
+	for {
+		select {
+		case l, ok := <-p.lines:
+			require.True(t, ok, "dlock ended before printing %q; stderr: %s", substr, p.stderr)
+			if strings.Contains(l, substr) {
+				return l
+			}
+		case <-timeout.C:
+			require.FailNow(t, "no line "+substr, "stderr: %s", p.stderr)
+		}
+	}
+}
+
+// wait waits for the process to exit and returns its exit code and the
+// remaining stdout.
+func (p *proc) wait(t *testing.T, within time.Duration) (int, string) {
+	t.Helper()
+	var rest strings.Builder
+	timeout := time.NewTimer(within)
+	defer timeout.Stop()
+	for lines := p.lines; lines != nil; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				lines = nil
+				continue
+			}
+			rest.WriteString(l + "\n")
+		case <-timeout.C:
+			require.FailNow(t, "dlock did not exit", "within %v; stderr: %s", within, p.stderr)
+		}
+	}
+	select {
+	case <-p.waited:
+	case <-timeout.C:
+		require.FailNow(t, "dlock did not exit", "within %v; stderr: %s", within, p.stderr)
+	}
+	return p.cmd.ProcessState.ExitCode(), rest.String()
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// oneLineErr asserts that stderr is exactly one line starting with "dlock".
+func oneLineErr(t *testing.T, stderr string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	require.Len(t, lines, 1, "stderr: %q", stderr)
+	require.True(t, strings.HasPrefix(lines[0], "dlock"), "stderr: %q", stderr)
+}
+
+// hostPort strips the scheme from an etcdtest endpoint.
+func hostPort(ep string) string { return strings.TrimPrefix(ep, "http://") }

@@ -1,0 +1,172 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/testcontainers/testcontainers-go"
+	tcnetwork "github.com/testcontainers/testcontainers-go/network"
+	"github.com/testcontainers/testcontainers-go/wait"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/integration/containers"
+	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/integration/faults"
+	"github.com/dlock-go/dlock/internal/testenv"
+)
+
+// etcdContainers starts a 3-member etcd cluster in containers on their own
+// network and returns the containers, the network's name and the host
+// endpoints (mapped ports). Everything is removed at cleanup.
+func etcdContainers(t *testing.T, ctx context.Context) ([]*testcontainers.DockerContainer, string, []string) {
+	t.Helper()
+	if ok, why := containers.DockerAvailable(); !ok {
+		testenv.Missing(t, "docker", why)
+	}
+	t.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	image := containers.BuildEtcd(t)
+
+	nw, err := tcnetwork.New(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		nw.Remove(cctx)
+	})
+	names := []string{"etcd0", "etcd1", "etcd2"}
+	var initial []string
+	for _, n := range names {
+		initial = append(initial, fmt.Sprintf("%s=http://%s:2380", n, n))
+	}
+	ctrs := make([]*testcontainers.DockerContainer, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() {
+			req := testcontainers.ContainerRequest{
+				Image:          image,
+				ExposedPorts:   []string{"2379/tcp"},
+				Networks:       []string{nw.Name},
+				NetworkAliases: map[string][]string{nw.Name: {n}},
+				Cmd: []string{
+					"--name", n,
+					"--data-dir", "/tmp/etcd",
+					"--listen-client-urls", "http://0.0.0.0:2379",
+					"--advertise-client-urls", "http://" + n + ":2379",
+					"--listen-peer-urls", "http://0.0.0.0:2380",
+					"--initial-advertise-peer-urls", "http://" + n + ":2380",
+					"--initial-cluster", strings.Join(initial, ","),
+					"--initial-cluster-state", "new",
+					"--initial-cluster-token", "faults",
+					"--heartbeat-interval", "100",
+					"--election-timeout", "1000",
+					"--log-level", "error",
+				},
+				WaitingFor: wait.ForHTTP("/health").WithPort("2379/tcp").WithStartupTimeout(2 * time.Minute),
+			}
+			c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{ContainerRequest: req, Started: true})
+			if c != nil {
+				ctrs[i] = c.(*testcontainers.DockerContainer)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, c := range ctrs {
+		if c != nil {
+			t.Cleanup(func() {
+				cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				exec.CommandContext(cctx, "docker", "unpause", c.GetContainerID()).Run()
+				c.Terminate(cctx)
+			})
+		}
+	}
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	var eps []string
+	for _, c := range ctrs {
+		host, err := c.Host(ctx)
+		require.NoError(t, err)
+		port, err := c.MappedPort(ctx, "2379/tcp")
+		require.NoError(t, err)
+		eps = append(eps, "http://"+net.JoinHostPort(host, port.Port()))
+	}
+	return ctrs, nw.Name, eps
+}
+
+func docker(t *testing.T, ctx context.Context, args ...string) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	require.NoError(t, err, "docker %v: %s", args, out)
+}
+
+// Scenario 8. The same workers as scenario 3, against a 3-member etcd
+// cluster in containers (images built locally, see integration/containers):
+// one member is paused (docker pause) and later resumed, another is
+// disconnected from the cluster's network and reconnected. The workers make
+// progress through each fault; exclusion, strictly increasing tokens and
+// the porcupine checks hold over the whole run.
+func TestContainerClusterSurvivesPauseAndDisconnect(t *testing.T) {
+	const (
+		workers = 4
+		phase   = 15
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	ctrs, nwName, eps := etcdContainers(t, ctx)
+
+	con := newContention(t, "containers", 5*time.Second)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for id := range workers {
+		cli := etcdtest.NewClient(t, clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+		wg.Go(func() { con.run(ctx, id, cli, stop, nil) })
+	}
+	stopped := false
+	halt := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+		}
+	}
+	t.Cleanup(halt)
+
+	require.NoError(t, con.waitGrants(ctx, phase))
+	docker(t, ctx, "pause", ctrs[0].GetContainerID())
+	n := con.grants()
+	require.NoError(t, con.waitGrants(ctx, n+phase), "progress with etcd0 paused")
+	docker(t, ctx, "unpause", ctrs[0].GetContainerID())
+	n = con.grants()
+	require.NoError(t, con.waitGrants(ctx, n+phase), "progress after etcd0 resumed")
+
+	docker(t, ctx, "network", "disconnect", nwName, ctrs[1].GetContainerID())
+	n = con.grants()
+	require.NoError(t, con.waitGrants(ctx, n+phase), "progress with etcd1 disconnected")
+	docker(t, ctx, "network", "connect", "--alias", "etcd1", nwName, ctrs[1].GetContainerID())
+	n = con.grants()
+	require.NoError(t, con.waitGrants(ctx, n+phase), "progress after etcd1 reconnected")
+	halt()
+
+	con.mu.Lock()
+	tokens := append([]uint64(nil), con.tokens...)
+	con.mu.Unlock()
+	t.Logf("%d grants, %d lost, %d transient errors tolerated", len(tokens), con.lost.Load(), con.errs.Load())
+	assert.Zero(t, con.overlaps.Load(), "two workers held the lock at once")
+	assert.Equal(t, -1, strictlyIncreasing(tokens), "tokens must strictly increase: %v", tokens)
+	res, path := faults.Check(t, faults.FencedMutex, con.mutexes.Ops())
+	assert.Equal(t, porcupine.Ok, res, "mutex history; visualization: %s", path)
+	res, path = faults.Check(t, faults.FencedRegister, con.res.hist.Ops())
+	assert.Equal(t, porcupine.Ok, res, "register history; visualization: %s", path)
+}

@@ -1,0 +1,212 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/integration/faults"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/session"
+)
+
+// contention is a set of workers contending on one lock, each writing to a
+// fenced register while it holds the lock. It records a FencedMutex and a
+// FencedRegister history and checks exclusion with an in-process counter.
+type contention struct {
+	name    string
+	ttl     time.Duration
+	res     *resource
+	mutexes *faults.History // FencedMutex
+	logf    func(format string, args ...any)
+
+	holding  atomic.Int32
+	overlaps atomic.Int32 // grants that found another holder in its section
+	lost     atomic.Int32 // grants lost before their section ended
+	errs     atomic.Int64 // transient errors tolerated (Lock, Unlock, session)
+
+	mu     sync.Mutex
+	tokens []uint64      // in grant order (appended inside the section)
+	notify chan struct{} // closed and replaced at every grant
+}
+
+func newContention(t testing.TB, name string, ttl time.Duration) *contention {
+	hist := faults.NewHistory()
+	return &contention{
+		name:    name,
+		ttl:     ttl,
+		res:     newResource(t, true, hist),
+		mutexes: faults.NewHistory(),
+		logf:    t.Logf,
+		notify:  make(chan struct{}),
+	}
+}
+
+// grants returns the number of grants so far.
+func (c *contention) grants() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.tokens)
+}
+
+// waitGrants waits until there have been at least n grants.
+func (c *contention) waitGrants(ctx context.Context, n int) error {
+	for {
+		c.mu.Lock()
+		got, ch := len(c.tokens), c.notify
+		c.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%d grants of %d: %w", got, n, ctx.Err())
+		}
+	}
+}
+
+// run is worker id's loop on client cli until stop closes or ctx ends.
+func (c *contention) run(ctx context.Context, id int, cli *clientv3.Client, stop <-chan struct{}, hold func()) {
+	var s *session.Session
+	defer func() {
+		if s != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.Close(cctx)
+		}
+	}()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		if s == nil || isDone(s.Done()) {
+			if s != nil {
+				c.errs.Add(1)
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				s.Close(cctx)
+				cancel()
+			}
+			var err error
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			s, err = session.New(sctx, cli, session.WithTTL(c.ttl))
+			cancel()
+			if err != nil {
+				c.errs.Add(1)
+				s = nil
+				backoff(ctx)
+				continue
+			}
+		}
+		m, err := lock.New(s, c.name)
+		if err != nil {
+			c.logf("worker %d: %v", id, err)
+			return
+		}
+		call := c.mutexes.Now()
+		lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		h, err := m.Lock(lctx)
+		cancel()
+		if err != nil {
+			c.errs.Add(1)
+			backoff(ctx)
+			if strings.Contains(err.Error(), "removing key") {
+				// The failed acquire's key may remain in the queue, bound to
+				// this session: start a new one rather than queue behind it.
+				c.logf("worker %d: %v", id, err)
+				s.Close(context.WithoutCancel(ctx))
+				s = nil
+			}
+			continue
+		}
+		granted := c.mutexes.Now()
+		tok := h.Token()
+		c.mutexes.Add(id, call, faults.MutexInput{Token: tok.Seq}, nil, granted)
+
+		if c.holding.Add(1) > 1 {
+			c.overlaps.Add(1)
+		}
+		c.mu.Lock()
+		c.tokens = append(c.tokens, tok.Seq)
+		close(c.notify)
+		c.notify = make(chan struct{})
+		c.mu.Unlock()
+		c.section(id, tok, hold)
+		lostInSection := isDone(h.Done())
+		c.holding.Add(-1)
+
+		rcall := c.mutexes.Now()
+		err = unlockRetry(ctx, h)
+		switch {
+		case err == nil && !lostInSection:
+			c.mutexes.Add(id, rcall, faults.MutexInput{Release: true, Token: tok.Seq}, nil, c.mutexes.Now())
+		case err == nil || errors.Is(err, lock.ErrLockLost):
+			// Lost at some point after the grant.
+			c.lost.Add(1)
+			c.mutexes.Add(id, granted, faults.MutexInput{Release: true, Token: tok.Seq}, nil, c.mutexes.Now())
+		default:
+			// Unknown: the key may linger until the session ends. End it.
+			c.errs.Add(1)
+			c.lost.Add(1)
+			c.logf("worker %d: unlock %v: %v", id, tok, err)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			s.Close(cctx)
+			cancel()
+			s = nil
+			c.mutexes.Add(id, granted, faults.MutexInput{Release: true, Token: tok.Seq}, nil, c.mutexes.Now())
+		}
+	}
+}
+
+// section is the critical section: a fenced write of the token, then a read.
+func (c *contention) section(id int, tok fence.Token, hold func()) {
+	call := c.res.hist.Now()
+	v := fmt.Sprintf("w%d@%d", id, tok.Seq)
+	admitted := c.res.write(tok, v)
+	c.res.hist.Add(id, call, faults.RegisterInput{Token: tok.Seq, Value: v}, faults.RegisterOutput{Admitted: admitted}, c.res.hist.Now())
+	if hold != nil {
+		hold()
+	}
+	c.res.read(id)
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// strictlyIncreasing returns the first index i with s[i] <= s[i-1], or -1.
+func strictlyIncreasing(s []uint64) int {
+	for i := 1; i < len(s); i++ {
+		if s[i] <= s[i-1] {
+			return i
+		}
+	}
+	return -1
+}
+
+// backoff paces a retry after an error (a member down answers at once).
+func backoff(ctx context.Context) {
+	t := time.NewTimer(50 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

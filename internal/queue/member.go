@@ -1,0 +1,169 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/session"
+)
+
+// Key names and etcd tombstones.
+//
+// etcd keeps a deleted key in its index until the next compaction, and a
+// range over the queue's prefix walks every such key. A fresh key name per
+// attempt (as etcd's own Mutex avoids by using one name per session) would
+// make every acquire slower than the last until compaction. So an attempt's
+// key name is the session's lease plus a slot number that is unique among
+// the session's live attempts and is reused once an attempt is over:
+// sequential attempts of one session reuse one name, concurrent attempts
+// get distinct ones. Reuse is safe because every check and delete of an
+// entry is guarded by its create revision, never by its name alone.
+
+type slotPool struct {
+	mu   sync.Mutex
+	free []uint64
+	next uint64
+}
+
+var pools sync.Map // clientv3.LeaseID → *slotPool
+
+func poolFor(s *session.Session) *slotPool {
+	if p, ok := pools.Load(s.Lease()); ok {
+		return p.(*slotPool)
+	}
+	p, loaded := pools.LoadOrStore(s.Lease(), &slotPool{})
+	if !loaded {
+		lease := s.Lease()
+		s.AfterDone(func() { pools.Delete(lease) })
+	}
+	return p.(*slotPool)
+}
+
+func (p *slotPool) get() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		slot := p.free[n-1]
+		p.free = p.free[:n-1]
+		return slot
+	}
+	p.next++
+	return p.next - 1
+}
+
+func (p *slotPool) put(slot uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free = append(p.free, slot)
+}
+
+// Ticket is a session's claim on one key name of a queue, from Join or
+// TryJoin until Leave or Abandon.
+type Ticket struct {
+	Entry
+	pool *slotPool
+	slot uint64
+}
+
+// errNameTaken: the slot's key name exists (an entry whose removal failed
+// and which will go with the lease); the slot is retired.
+var errNameTaken = errors.New("key name taken")
+
+func (q Queue) ticket(s *session.Session) Ticket {
+	p := poolFor(s)
+	slot := p.get()
+	return Ticket{Entry: Entry{Key: fmt.Sprintf("%s%016x-%d", q.Prefix, int64(s.Lease()), slot)}, pool: p, slot: slot}
+}
+
+// maxNameTries bounds the retries over slots whose names are taken.
+const maxNameTries = 8
+
+// Join creates an entry holding val at the end of the queue, bound to s's
+// lease, and returns it with its predecessor at that moment (nil: the entry
+// is first), in one round trip. On error nothing is left behind (the key
+// is removed with a detached, bounded context).
+func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket, *mvccpb.KeyValue, error) {
+	for range maxNameTries {
+		t := q.ticket(s)
+		resp, err := q.Client.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(t.Key), "=", 0),
+		).Then(
+			clientv3.OpGet(q.Prefix, clientv3.WithLastCreate()...),
+			clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
+		).Commit()
+		if err != nil {
+			return Ticket{}, nil, q.abandonAfter(ctx, t, err)
+		}
+		if !resp.Succeeded {
+			continue // retire the slot: its name belongs to a leftover entry
+		}
+		t.Rev = resp.Header.Revision
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			return t, kvs[0], nil
+		}
+		return t, nil, nil
+	}
+	return Ticket{}, nil, fmt.Errorf("queue %s: %d key names of lease %x taken: %w", q.Prefix, maxNameTries, int64(s.Lease()), errNameTaken)
+}
+
+// TryJoin creates an entry only if the queue is empty, in one round trip
+// (a Txn whose compare covers the whole prefix). If the queue is not empty
+// it returns ok=false, creates nothing, and holder is the first entry.
+func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t Ticket, holder *mvccpb.KeyValue, ok bool, err error) {
+	t = q.ticket(s)
+	resp, err := q.Client.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(q.Prefix), "=", 0).WithPrefix(),
+	).Then(
+		clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
+	).Else(
+		clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...),
+	).Commit()
+	if err != nil {
+		return Ticket{}, nil, false, q.abandonAfter(ctx, t, err)
+	}
+	if !resp.Succeeded {
+		t.pool.put(t.slot)
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			holder = kvs[0]
+		}
+		return Ticket{}, holder, false, nil
+	}
+	t.Rev = resp.Header.Revision
+	return t, nil, true, nil
+}
+
+func (q Queue) abandonAfter(ctx context.Context, t Ticket, err error) error {
+	if aerr := q.Abandon(ctx, t); aerr != nil {
+		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
+	}
+	return err
+}
+
+// Abandon removes t's key after a cancelled or failed acquire, with a
+// context detached from ctx and bounded by CleanupTimeout, and frees its
+// name. While t is held no other attempt uses its name, so the unguarded
+// delete can only remove t's own entry.
+func (q Queue) Abandon(ctx context.Context, t Ticket) error {
+	if err := q.Cleanup(ctx, t.Key); err != nil {
+		return err // the name stays retired; the key goes with the lease
+	}
+	t.pool.put(t.slot)
+	return nil
+}
+
+// Leave deletes t's entry if it is still the same key (a delete guarded by
+// its create revision, which never removes a later entry) and frees its
+// name. It reports whether it deleted the entry; false means it was gone.
+func (q Queue) Leave(ctx context.Context, t Ticket) (bool, error) {
+	deleted, err := q.Remove(ctx, t.Entry)
+	if err != nil {
+		return false, err
+	}
+	t.pool.put(t.slot)
+	return deleted, nil
+}

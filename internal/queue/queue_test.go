@@ -1,0 +1,84 @@
+package queue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/internal/queue"
+	"github.com/dlock-go/dlock/session"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+
+func setup(t *testing.T) (context.Context, *clientv3.Client, *session.Session, queue.Queue) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	cli := etcdtest.New(t).Client(t)
+	s, err := session.New(ctx, cli)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return ctx, cli, s, queue.Queue{Client: cli, Prefix: "q/"}
+}
+
+// Sequential entries of one session reuse one key name, so a busy queue
+// does not pile up tombstones in etcd's index; concurrent entries get
+// distinct names; create revisions (the tokens) still strictly increase.
+func TestKeyNamesReused(t *testing.T) {
+	ctx, _, s, q := setup(t)
+	a, pred, err := q.Join(ctx, s, "a")
+	require.NoError(t, err)
+	assert.Nil(t, pred)
+	b, pred, err := q.Join(ctx, s, "b")
+	require.NoError(t, err)
+	require.NotNil(t, pred)
+	assert.Equal(t, a.Key, string(pred.Key))
+	assert.NotEqual(t, a.Key, b.Key, "live entries have distinct names")
+
+	deleted, err := q.Leave(ctx, a)
+	require.NoError(t, err)
+	assert.True(t, deleted)
+	c, _, err := q.Join(ctx, s, "c")
+	require.NoError(t, err)
+	assert.Equal(t, a.Key, c.Key, "a finished entry's name is reused")
+	assert.Greater(t, c.Rev, b.Rev)
+
+	// A stale Leave of a (same name as c) must not delete c.
+	deleted, err = q.Leave(ctx, a)
+	require.NoError(t, err)
+	assert.False(t, deleted)
+	for _, tk := range []queue.Ticket{b, c} {
+		deleted, err := q.Leave(ctx, tk)
+		require.NoError(t, err)
+		assert.True(t, deleted)
+	}
+}
+
+// A name whose key still exists (a leftover whose removal failed) is
+// retired, never taken over.
+func TestTakenNameRetired(t *testing.T) {
+	ctx, cli, s, q := setup(t)
+	a, _, err := q.Join(ctx, s, "a")
+	require.NoError(t, err)
+	deleted, err := q.Leave(ctx, a)
+	require.NoError(t, err)
+	require.True(t, deleted)
+	// Recreate the freed name behind the queue's back.
+	_, err = cli.Put(ctx, a.Key, "leftover", clientv3.WithLease(s.Lease()))
+	require.NoError(t, err)
+	b, pred, err := q.Join(ctx, s, "b")
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Key, b.Key)
+	require.NotNil(t, pred, "the leftover is in the queue, ahead of b")
+	resp, err := cli.Get(ctx, a.Key)
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	assert.Equal(t, "leftover", string(resp.Kvs[0].Value), "the leftover was not overwritten")
+}
