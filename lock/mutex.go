@@ -24,10 +24,11 @@ import (
 // Mutex or on several Mutexes sharing a session are independent grants and
 // exclude each other. A Mutex is safe for concurrent use.
 type Mutex struct {
-	s    *session.Session
-	name string
-	q    queue.Queue
-	opts options
+	s        *session.Session
+	name     string
+	q        queue.Queue
+	opts     options
+	unlocked error // what Grant.Err reports after Unlock
 }
 
 var (
@@ -54,10 +55,11 @@ func New(s *session.Session, name string, opts ...Option) (*Mutex, error) {
 		return nil, err
 	}
 	return &Mutex{
-		s:    s,
-		name: name,
-		q:    queue.Queue{Client: s.Client(), Prefix: o.prefix + "/" + name + "/"},
-		opts: o,
+		s:        s,
+		name:     name,
+		q:        queue.Queue{Client: s.Client(), Prefix: o.prefix + "/" + name + "/"},
+		opts:     o,
+		unlocked: fmt.Errorf("lock %q: %w", name, ErrUnlocked),
 	}, nil
 }
 
@@ -203,7 +205,7 @@ func (g *Grant) lostByDelete() error {
 // later calls return nil. If the delete itself fails (ctx ended, etcd
 // unreachable), the error says so and Unlock may be retried.
 func (g *Grant) Unlock(ctx context.Context) error {
-	err := g.h.Release(ctx, fmt.Errorf("lock %q: %w", g.m.name, ErrUnlocked))
+	err := g.h.Release(ctx, g.m.unlocked)
 	if err != nil && !errors.Is(err, ErrLockLost) {
 		return fmt.Errorf("lock %q: unlock: %w", g.m.name, err)
 	}

@@ -20,6 +20,7 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -64,6 +65,7 @@ func WithElection(tick, election time.Duration) Option {
 // Cluster is a running embedded etcd cluster. Its methods are safe for
 // concurrent use.
 type Cluster struct {
+	root    string
 	members []*Member
 }
 
@@ -85,44 +87,64 @@ type Member struct {
 // StartTimeout.
 func New(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
+	c, err := Start(opts...)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Start starts an embedded etcd cluster outside a test (an example, a
+// demo); Close stops it and removes its data.
+func Start(opts ...Option) (_ *Cluster, err error) {
 	cfg := config{members: 1, tickMs: 50, electionMs: 500}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.members < 1 || cfg.members > 7 || cfg.members%2 == 0 {
-		t.Fatalf("etcdtest: members = %d; want 1, 3, 5 or 7", cfg.members)
+		return nil, fmt.Errorf("members = %d; want 1, 3, 5 or 7", cfg.members)
 	}
 	root, err := os.MkdirTemp("", "etcdtest-")
 	if err != nil {
-		t.Fatalf("etcdtest: %v", err)
+		return nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-
-	c := &Cluster{}
+	c := &Cluster{root: root}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
 	var initial []string
 	for i := range cfg.members {
 		m := &Member{
-			name:      fmt.Sprintf("m%d", i),
-			dir:       filepath.Join(root, fmt.Sprintf("m%d", i)),
-			peerURL:   url.URL{Scheme: "http", Host: FreeAddr(t)},
-			clientURL: url.URL{Scheme: "http", Host: FreeAddr(t)},
-			cfg:       cfg,
+			name: fmt.Sprintf("m%d", i),
+			dir:  filepath.Join(root, fmt.Sprintf("m%d", i)),
+			cfg:  cfg,
 		}
+		peer, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		client, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		m.peerURL = url.URL{Scheme: "http", Host: peer}
+		m.clientURL = url.URL{Scheme: "http", Host: client}
 		initial = append(initial, m.name+"="+m.peerURL.String())
 		c.members = append(c.members, m)
 	}
-	t.Cleanup(c.stop)
 	errc := make(chan error, len(c.members))
 	for _, m := range c.members {
 		m.initial = strings.Join(initial, ",")
 		go func() { errc <- m.start(embed.ClusterStateFlagNew) }()
 	}
+	var errs []error
 	for range c.members {
-		if err := <-errc; err != nil {
-			t.Fatalf("etcdtest: %v", err)
-		}
+		errs = append(errs, <-errc)
 	}
-	return c
+	return c, errors.Join(errs...)
 }
 
 func (m *Member) start(state string) error {
@@ -162,12 +184,14 @@ func (m *Member) start(state string) error {
 	return nil
 }
 
-func (c *Cluster) stop() {
+// Close stops every member and removes the data directories.
+func (c *Cluster) Close() {
 	var wg sync.WaitGroup
 	for _, m := range c.members {
 		wg.Go(m.close)
 	}
 	wg.Wait()
+	os.RemoveAll(c.root)
 }
 
 func (m *Member) close() {
@@ -306,12 +330,20 @@ func (c *Cluster) ProxiedClient(t testing.TB, member ...*Member) (*clientv3.Clie
 // moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		t.Fatalf("etcdtest: free port: %v", err)
 	}
+	return addr
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 // GoleakOptions returns goleak options that ignore goroutines embedded etcd

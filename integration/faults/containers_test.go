@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -33,6 +34,11 @@ func etcdContainers(t *testing.T, ctx context.Context) ([]*testcontainers.Docker
 		testenv.Missing(t, "docker", why)
 	}
 	t.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	if os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" {
+		// The engine's gateway address does not answer here; the mapped
+		// ports do on localhost.
+		t.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "localhost")
+	}
 	image := containers.BuildEtcd(t)
 
 	nw, err := tcnetwork.New(ctx)
@@ -71,7 +77,7 @@ func etcdContainers(t *testing.T, ctx context.Context) ([]*testcontainers.Docker
 					"--election-timeout", "1000",
 					"--log-level", "error",
 				},
-				WaitingFor: wait.ForHTTP("/health").WithPort("2379/tcp").WithStartupTimeout(2 * time.Minute),
+				WaitingFor: wait.ForHTTP("/health").WithPort("2379/tcp").WithStartupTimeout(time.Minute),
 			}
 			c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{ContainerRequest: req, Started: true})
 			if c != nil {

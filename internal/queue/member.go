@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -25,9 +26,10 @@ import (
 // entry is guarded by its create revision, never by its name alone.
 
 type slotPool struct {
-	mu   sync.Mutex
-	free []uint64
-	next uint64
+	lease string // the lease in hex: every key name's stem
+	mu    sync.Mutex
+	free  []uint64
+	next  uint64
 }
 
 var pools sync.Map // clientv3.LeaseID → *slotPool
@@ -36,7 +38,7 @@ func poolFor(s *session.Session) *slotPool {
 	if p, ok := pools.Load(s.Lease()); ok {
 		return p.(*slotPool)
 	}
-	p, loaded := pools.LoadOrStore(s.Lease(), &slotPool{})
+	p, loaded := pools.LoadOrStore(s.Lease(), &slotPool{lease: fmt.Sprintf("%016x-", int64(s.Lease()))})
 	if !loaded {
 		lease := s.Lease()
 		s.AfterDone(func() { pools.Delete(lease) })
@@ -77,7 +79,7 @@ var errNameTaken = errors.New("key name taken")
 func (q Queue) ticket(s *session.Session) Ticket {
 	p := poolFor(s)
 	slot := p.get()
-	return Ticket{Entry: Entry{Key: fmt.Sprintf("%s%016x-%d", q.Prefix, int64(s.Lease()), slot)}, pool: p, slot: slot}
+	return Ticket{Entry: Entry{Key: q.Prefix + p.lease + strconv.FormatUint(slot, 10)}, pool: p, slot: slot}
 }
 
 // maxNameTries bounds the retries over slots whose names are taken.

@@ -22,6 +22,9 @@ import (
 // bin is the dlock binary built by TestMain.
 var bin string
 
+// buildFlags are passed to "go build" for the binary under test.
+var buildFlags []string
+
 // cmdTimeout bounds every run of the binary.
 const cmdTimeout = 60 * time.Second
 
@@ -42,7 +45,7 @@ func (b buildFirst) Run() int {
 	bin = filepath.Join(dir, "dlock")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "go", append(append([]string{"build"}, buildFlags...), "-o", bin, ".")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		return 1

@@ -45,7 +45,7 @@ const (
 	exitNoCommand  = 127
 )
 
-func runRun(ctx context.Context, e *env, args []string) error {
+func runRun(_ context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "run", "--lock NAME [flags] -- CMD [ARGS...]", runDescription)
 	var (
 		conn    etcdFlags
@@ -85,25 +85,35 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	// Phase 1: connect and acquire; a signal cancels.
-	actx, cancel := context.WithCancel(ctx)
+	// Phase 1: connect and acquire; a signal cancels. run watches signals
+	// itself (not through main's ctx): it exits 128+N for signal N, and
+	// forwards later signals to CMD.
+	actx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sig os.Signal
+	watching := make(chan struct{})
 	go func() {
+		defer close(watching)
 		select {
 		case sig = <-sigc:
 			cancel()
 		case <-actx.Done():
 		}
 	}()
+	// signalled stops the watcher and returns the signal it caught, if any.
+	signalled := func() os.Signal {
+		cancel()
+		<-watching
+		return sig
+	}
 	cli, err := conn.connect(actx)
 	if err != nil {
-		return interrupted(sig, err)
+		return interrupted(signalled(), err)
 	}
 	defer cli.Close()
 	sess, err := session.New(actx, cli, session.WithTTL(conn.ttl))
 	if err != nil {
-		return interrupted(sig, err)
+		return interrupted(signalled(), err)
 	}
 	defer func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), releaseTimeout)
@@ -125,7 +135,7 @@ func runRun(ctx context.Context, e *env, args []string) error {
 		defer lcancel()
 	}
 	held, err := m.Lock(lctx)
-	cancel() // stop the phase-1 signal watcher
+	sig = signalled()
 	if err != nil {
 		if sig == nil && errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("lock %q: not acquired within --timeout %v", *name, *timeout)

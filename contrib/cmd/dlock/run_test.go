@@ -164,6 +164,27 @@ func TestRunTimeoutAndInspect(t *testing.T) {
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	assert.Contains(t, r.stdout, "nobody holds it")
 
+	// Interrupted while waiting: 128+SIGINT, and its key is removed.
+	resp, err := cli.Get(ctx, "dlock/lock/reports/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	w = cli.Watch(ctx, "dlock/lock/reports/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	p := start(t, "run", "--lock", "reports", "--endpoints", c.Endpoints()[0], "--", "true")
+	select {
+	case ev := <-w:
+		require.NoError(t, ev.Err())
+		require.NotEmpty(t, ev.Events)
+		require.True(t, ev.Events[0].IsCreate(), "dlock run queued")
+	case <-time.After(cmdTimeout):
+		require.FailNow(t, "dlock run did not queue")
+	}
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	code, _ := p.wait(t, 15*time.Second)
+	assert.Equal(t, 128+int(syscall.SIGINT), code, "stderr: %s", p.stderr)
+	oneLineErr(t, p.stderr.String())
+	after, err := cli.Get(ctx, "dlock/lock/reports/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	assert.Equal(t, resp.Count, after.Count, "the interrupted run removed its key")
+
 	r = runCLI(t, "run", "--lock", "reports", "--timeout", "300ms", "--endpoints", c.Endpoints()[0], "--", "true")
 	assert.Equal(t, 1, r.code)
 	oneLineErr(t, r.stderr)
