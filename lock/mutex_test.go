@@ -46,6 +46,23 @@ func TestLockUnlock(t *testing.T) {
 	require.NoError(t, h2.Unlock(ctx))
 }
 
+// Unlock of a watched grant reports ErrUnlocked, not a loss: the watcher
+// sees Unlock's own delete and must leave the verdict to Unlock.
+func TestUnlockWatched(t *testing.T) {
+	c := etcdtest.New(t)
+	m := newMutex(t, newSession(t, c.Client(t)), "watched")
+	ctx := ctxFor(t)
+	for range 20 {
+		h, err := m.Lock(ctx)
+		require.NoError(t, err)
+		h.Done()
+		require.NoError(t, h.Unlock(ctx))
+		<-h.Done()
+		require.ErrorIs(t, h.(lock.Errer).Err(), lock.ErrUnlocked)
+		require.NotErrorIs(t, h.(lock.Errer).Err(), lock.ErrLockLost)
+	}
+}
+
 // Two Mutexes on one session are independent locks of the same name: the
 // second waits for the first (etcd issue #11360 is the counter-example).
 func TestSameSessionExcludes(t *testing.T) {

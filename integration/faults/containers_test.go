@@ -76,6 +76,7 @@ func etcdContainers(t *testing.T, ctx context.Context) ([]*testcontainers.Docker
 					"--heartbeat-interval", "100",
 					"--election-timeout", "1000",
 					"--log-level", "error",
+					"--grpc-keepalive-min-time", "500ms",
 				},
 				WaitingFor: wait.ForHTTP("/health").WithPort("2379/tcp").WithStartupTimeout(time.Minute),
 			}
@@ -136,7 +137,14 @@ func TestContainerClusterSurvivesPauseAndDisconnect(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for id := range workers {
-		cli := etcdtest.NewClient(t, clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+		// gRPC keepalives let the client drop a paused member's connection
+		// within 2s instead of waiting on it until each request times out.
+		cli := etcdtest.NewClient(t, clientv3.Config{
+			Endpoints:            eps,
+			DialTimeout:          5 * time.Second,
+			DialKeepAliveTime:    time.Second,
+			DialKeepAliveTimeout: time.Second,
+		})
 		wg.Go(func() { con.run(ctx, id, cli, stop, nil) })
 	}
 	stopped := false
