@@ -53,9 +53,10 @@ type Config struct {
 
 	// OnStoppedLeading is called, from Run's goroutine, after every
 	// OnElected call returns (even if it panics), once the term has been
-	// resigned (or was lost) and before the term's session is closed.
-	// Unlike client-go's, it is not called if this candidate was never
-	// elected. Optional; nil means no call.
+	// resigned (or was lost) and before the term's session is closed; and,
+	// as in client-go, once when Run returns without this candidate ever
+	// having been elected. So it is always called at least once, and never
+	// while OnElected runs. Optional; nil means no call.
 	OnStoppedLeading func()
 
 	// OnNewLeader is called with every state Observe reports: every new
@@ -142,6 +143,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 		defer func() { cancel(); <-done }()
 	}
+	defer func() {
+		if !r.elected && cfg.OnStoppedLeading != nil {
+			cfg.OnStoppedLeading()
+		}
+	}()
 	for {
 		again, err := r.once(ctx)
 		if !again || !r.cfg.Recampaign {
@@ -158,8 +164,9 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 type runner struct {
-	cfg  Config
-	opts options
+	cfg     Config
+	opts    options
+	elected bool // OnElected ran at least once
 }
 
 func (r *runner) ctxErr(ctx context.Context) error {
@@ -218,6 +225,7 @@ func (r *runner) lead(ctx context.Context, term *Term) (again bool, err error) {
 			r.cfg.OnStoppedLeading()
 		}
 	}()
+	r.elected = true
 	fnErr := r.cfg.OnElected(leadCtx, term)
 	lost := term.Err()
 	switch {

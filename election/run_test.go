@@ -228,3 +228,31 @@ func TestRunBadConfig(t *testing.T) {
 	cfg.Recampaign = true
 	assert.ErrorIs(t, election.Run(ctx, cfg), session.ErrInvalidOption, "an invalid session option is not retried")
 }
+
+// A Run that is never elected still calls OnStoppedLeading, once, when it
+// returns (as client-go does), and never OnElected.
+func TestRunNeverElectedStillStops(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+	el := newElection(t, newSession(t, cli), "never")
+	leader, err := el.Campaign(ctx, "incumbent")
+	require.NoError(t, err)
+	defer leader.Resign(ctx)
+
+	w := queuedWatch(t, cli, el.Prefix())
+	rctx, cancel := context.WithCancel(ctx)
+	stops := make(chan struct{}, 2)
+	errc := runAsync(rctx, election.Config{
+		Client: cli, Name: "never", Value: "challenger",
+		OnElected: func(context.Context, *election.Term) error {
+			t.Error("OnElected must not run")
+			return nil
+		},
+		OnStoppedLeading: func() { stops <- struct{}{} },
+	})
+	waitPuts(t, w, 1) // the challenger is queued
+	cancel()
+	assert.ErrorIs(t, recv(t, ctx, errc, "Run"), context.Canceled)
+	assert.Len(t, stops, 1, "OnStoppedLeading is called exactly once")
+}

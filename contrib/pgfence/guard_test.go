@@ -1,8 +1,6 @@
 package pgfence_test
 
 import (
-	"context"
-	"math"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/pgfence"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/fence/fencetest"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -43,55 +42,21 @@ func TestMigrateIsIdempotentAndCreatesTable(t *testing.T) {
 		`SELECT data_type FROM information_schema.columns WHERE table_name = $1 AND column_name = 'seq'`, pgfence.DefaultTable))
 }
 
-func TestAdmitKeepsHighWaterMark(t *testing.T) {
-	ctx := testCtx(t)
-	g, _ := newGuard(t, 4)
-
-	require.NoError(t, g.Admit(ctx, fence.Token{Name: "orders", Seq: 5}))
-	require.NoError(t, g.Admit(ctx, fence.Token{Name: "orders", Seq: 5}), "an equal token is admitted again")
-
-	err := g.Admit(ctx, fence.Token{Name: "orders", Seq: 4})
-	require.ErrorIs(t, err, fence.ErrStaleToken)
-	var stale *fence.StaleTokenError
-	require.ErrorAs(t, err, &stale)
-	assert.Equal(t, fence.StaleTokenError{Name: "orders", Seq: 4, Highest: 5}, *stale)
-	assert.Contains(t, err.Error(), "seq 4 is below the highest admitted seq 5")
-
-	require.NoError(t, g.Admit(ctx, fence.Token{Name: "orders", Seq: 6}))
-	require.NoError(t, g.Admit(ctx, fence.Token{Name: "billing/eu", Seq: 1}), "names are independent")
-	require.NoError(t, g.Admit(ctx, fence.Token{Name: "big", Seq: math.MaxUint64}), "every uint64 fits")
-	require.ErrorIs(t, g.Admit(ctx, fence.Token{Name: "big", Seq: math.MaxUint64 - 1}), fence.ErrStaleToken)
-
-	for name, want := range map[string]uint64{"orders": 6, "billing/eu": 1, "big": math.MaxUint64, "never": 0} {
-		got, err := g.Highest(ctx, name)
-		require.NoError(t, err)
-		assert.Equal(t, want, got, name)
-	}
-}
-
-func TestRejectsNoTokenAndInvalidToken(t *testing.T) {
+// The suite (fence/fencetest) checks Admit with the bad tokens; AdmitTx
+// must also roll its transaction back, and Do must not run fn.
+func TestAdmitTxAndDoRejectBadTokens(t *testing.T) {
 	ctx := testCtx(t)
 	g, pool := newGuard(t, 4)
-	cases := []struct {
-		tok  fence.Token
-		want error
-	}{
-		{fence.Token{Name: "orders", Seq: 0}, fence.ErrNoToken},
-		{fence.Token{}, fence.ErrNoToken},
-		{fence.Token{Name: "", Seq: 7}, fence.ErrInvalidToken},
-	}
-	for _, c := range cases {
-		assert.ErrorIs(t, g.Admit(ctx, c.tok), c.want, "Admit(%#v)", c.tok)
-
+	for _, b := range fencetest.BadTokens {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
-		assert.ErrorIs(t, g.AdmitTx(ctx, tx, c.tok), c.want, "AdmitTx(%#v)", c.tok)
+		assert.ErrorIs(t, g.AdmitTx(ctx, tx, b.Token), b.Want, "AdmitTx(%#v)", b.Token)
 		assert.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxClosed, "AdmitTx rolled the transaction back")
 
 		called := false
-		err = g.Do(ctx, c.tok, func(pgx.Tx) error { called = true; return nil })
-		assert.ErrorIs(t, err, c.want, "Do(%#v)", c.tok)
-		assert.False(t, called, "Do must not run fn for %#v", c.tok)
+		err = g.Do(ctx, b.Token, func(pgx.Tx) error { called = true; return nil })
+		assert.ErrorIs(t, err, b.Want, "Do(%#v)", b.Token)
+		assert.False(t, called, "Do must not run fn for %#v", b.Token)
 	}
 	assert.Equal(t, "0", queryString(t, pool, `SELECT count(*)::text FROM dlock_fences`), "nothing was stored")
 	assert.ErrorContains(t, g.AdmitTx(ctx, nil, fence.Token{Name: "x", Seq: 1}), "tx is nil")
@@ -116,15 +81,6 @@ func TestAdmitBeforeMigrateFails(t *testing.T) {
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, fence.ErrStaleToken)
 	assert.ErrorContains(t, err, "dlock_fences")
-}
-
-func TestAdmitReturnsContextError(t *testing.T) {
-	g, _ := newGuard(t, 2)
-	ctx, cancel := context.WithCancel(testCtx(t))
-	cancel()
-	err := g.Admit(ctx, fence.Token{Name: "orders", Seq: 1})
-	assert.ErrorIs(t, err, context.Canceled)
-	assert.NotErrorIs(t, err, fence.ErrStaleToken)
 }
 
 func TestDoCommitsOrRollsBack(t *testing.T) {

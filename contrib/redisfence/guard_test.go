@@ -1,8 +1,6 @@
 package redisfence_test
 
 import (
-	"context"
-	"math"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/redisfence"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/fence/fencetest"
 )
 
 var _ fence.Guard = (*redisfence.Guard)(nil)
@@ -35,51 +34,27 @@ func TestNewValidates(t *testing.T) {
 	assert.Equal(t, "{orders}:fence:orders", g.Key("orders"))
 }
 
-func TestAdmitKeepsHighWaterMark(t *testing.T) {
+// The suite (fence/fencetest) checks the marks; Redis must also keep them
+// forever.
+func TestFenceKeysNeverExpire(t *testing.T) {
 	ctx := testCtx(t)
 	g, client := newGuard(t)
-
 	require.NoError(t, g.Admit(ctx, fence.Token{Name: "orders", Seq: 5}))
-	require.NoError(t, g.Admit(ctx, fence.Token{Name: "orders", Seq: 5}), "an equal token is admitted again")
-
-	err := g.Admit(ctx, fence.Token{Name: "orders", Seq: 4})
-	require.ErrorIs(t, err, fence.ErrStaleToken)
-	var stale *fence.StaleTokenError
-	require.ErrorAs(t, err, &stale)
-	assert.Equal(t, fence.StaleTokenError{Name: "orders", Seq: 4, Highest: 5}, *stale)
-
-	// Lengths differ: "10" > "9" as numbers, not as strings.
-	require.NoError(t, g.Admit(ctx, fence.Token{Name: "orders", Seq: 10}))
-	require.ErrorIs(t, g.Admit(ctx, fence.Token{Name: "orders", Seq: 9}), fence.ErrStaleToken)
-	require.NoError(t, g.Admit(ctx, fence.Token{Name: "billing/eu", Seq: 1}), "names are independent")
-	// Past 2^53 a Lua number would round both to the same double.
-	require.NoError(t, g.Admit(ctx, fence.Token{Name: "big", Seq: math.MaxUint64}))
-	require.ErrorIs(t, g.Admit(ctx, fence.Token{Name: "big", Seq: math.MaxUint64 - 1}), fence.ErrStaleToken)
-
-	for name, want := range map[string]uint64{"orders": 10, "billing/eu": 1, "big": math.MaxUint64, "never": 0} {
-		got, err := g.Highest(ctx, name)
+	require.NoError(t, g.Set(ctx, fence.Token{Name: "cfg", Seq: 5}, "cfg:value", "five", time.Hour))
+	for _, name := range []string{"orders", "cfg"} {
+		ttl, err := client.TTL(ctx, g.Key(name)).Result()
 		require.NoError(t, err)
-		assert.Equal(t, want, got, name)
+		assert.Equal(t, time.Duration(-1), ttl, "the fence key of %q has no expiry", name)
 	}
-	ttl, err := client.TTL(ctx, g.Key("orders")).Result()
-	require.NoError(t, err)
-	assert.Equal(t, time.Duration(-1), ttl, "fence keys never expire")
 }
 
-func TestRejectsNoTokenAndInvalidToken(t *testing.T) {
+// The suite checks Admit with the bad tokens; Set must reject them too, and
+// write nothing.
+func TestSetRejectsBadTokens(t *testing.T) {
 	ctx := testCtx(t)
 	g, client := newGuard(t)
-	cases := []struct {
-		tok  fence.Token
-		want error
-	}{
-		{fence.Token{Name: "orders", Seq: 0}, fence.ErrNoToken},
-		{fence.Token{}, fence.ErrNoToken},
-		{fence.Token{Name: "", Seq: 7}, fence.ErrInvalidToken},
-	}
-	for _, c := range cases {
-		assert.ErrorIs(t, g.Admit(ctx, c.tok), c.want, "Admit(%#v)", c.tok)
-		assert.ErrorIs(t, g.Set(ctx, c.tok, "data", "v", 0), c.want, "Set(%#v)", c.tok)
+	for _, b := range fencetest.BadTokens {
+		assert.ErrorIs(t, g.Set(ctx, b.Token, "data", "v", 0), b.Want, "Set(%#v)", b.Token)
 	}
 	n, err := client.DBSize(ctx).Result()
 	require.NoError(t, err)
@@ -148,15 +123,6 @@ func TestCorruptMarkIsReportedNotAdmitted(t *testing.T) {
 		assert.Equal(t, junk, client.Get(ctx, g.Key("x")).Val(), "left as it was")
 	}
 	assert.Zero(t, client.Exists(ctx, "data").Val())
-}
-
-func TestAdmitReturnsContextError(t *testing.T) {
-	g, _ := newGuard(t)
-	ctx, cancel := context.WithCancel(testCtx(t))
-	cancel()
-	err := g.Admit(ctx, fence.Token{Name: "orders", Seq: 1})
-	assert.ErrorIs(t, err, context.Canceled)
-	assert.NotErrorIs(t, err, fence.ErrStaleToken)
 }
 
 // The seed's timeline against Redis: A (token N) writes and pauses, B (N+1)
