@@ -95,12 +95,12 @@ func unlockRetry(ctx context.Context, h lock.Held) error {
 	return err
 }
 
-// Found by scenario 2; expected to fail until lock is fixed. The design
-// says Unlock returns ErrLockLost "if it was lost first". A grant whose loss
-// is already known (Done closed, Err matches ErrLockLost) still sends the
-// guarded delete first and, if that request fails (a partition, a broken
-// connection, the ctx ending), returns only the transport error: the caller
-// cannot tell "lost" from "try again".
+// Found by scenario 2 (a regression test now). The design says Unlock
+// returns ErrLockLost "if it was lost first". A grant whose loss was
+// already known (Done closed, Err matching ErrLockLost) used to send the
+// guarded delete first and, if that request failed (a partition, a broken
+// connection, the ctx ending), return only the transport error, so the
+// caller could not tell "lost" from "try again".
 func TestUnlockAfterLossReportsLoss(t *testing.T) {
 	c := etcdtest.New(t)
 	ctx := ctxFor(t)

@@ -91,7 +91,7 @@ func TestSoak(t *testing.T) {
 			p := proxies[rng.IntN(len(proxies))]
 			p.Blackhole()
 			faultCounts["client blackhole"]++
-			pause(time.Duration(rng.IntN(int(2 * ttl / time.Millisecond))) * time.Millisecond)
+			pause(time.Duration(rng.IntN(int(2*ttl/time.Millisecond))) * time.Millisecond)
 			p.Unblackhole()
 		case 3:
 			p := proxies[rng.IntN(len(proxies))]

@@ -26,10 +26,43 @@ import (
 // entry is guarded by its create revision, never by its name alone.
 
 type slotPool struct {
-	lease string // the lease in hex: every key name's stem
-	mu    sync.Mutex
-	free  []uint64
-	next  uint64
+	lease     string // the lease in hex: every key name's stem
+	mu        sync.Mutex
+	free      []uint64
+	next      uint64
+	leftovers map[string]bool // keys whose removal failed; their names are retired
+}
+
+// retire records key, whose removal failed, as a leftover: its name is
+// never handed out again, and the session's next Join retries the delete.
+func (p *slotPool) retire(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.leftovers == nil {
+		p.leftovers = make(map[string]bool)
+	}
+	p.leftovers[key] = true
+}
+
+// sweep deletes the session's leftover keys, so that a failed cleanup does
+// not leave the session queued behind its own key until the lease ends.
+// Failures are kept for the next sweep.
+func (p *slotPool) sweep(ctx context.Context, cli *clientv3.Client) error {
+	p.mu.Lock()
+	keys := make([]string, 0, len(p.leftovers))
+	for k := range p.leftovers {
+		keys = append(keys, k)
+	}
+	p.mu.Unlock()
+	for _, k := range keys {
+		if _, err := cli.Delete(ctx, k); err != nil {
+			return fmt.Errorf("removing leftover key %q: %w", k, err)
+		}
+		p.mu.Lock()
+		delete(p.leftovers, k)
+		p.mu.Unlock()
+	}
+	return nil
 }
 
 var pools sync.Map // clientv3.LeaseID → *slotPool
@@ -90,6 +123,9 @@ const maxNameTries = 8
 // is first), in one round trip. On error nothing is left behind (the key
 // is removed with a detached, bounded context).
 func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket, *mvccpb.KeyValue, error) {
+	if err := poolFor(s).sweep(ctx, q.Client); err != nil {
+		return Ticket{}, nil, err
+	}
 	for range maxNameTries {
 		t := q.ticket(s)
 		resp, err := q.Client.Txn(ctx).If(
@@ -117,6 +153,9 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 // (a Txn whose compare covers the whole prefix). If the queue is not empty
 // it returns ok=false, creates nothing, and holder is the first entry.
 func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t Ticket, holder *mvccpb.KeyValue, ok bool, err error) {
+	if err := poolFor(s).sweep(ctx, q.Client); err != nil {
+		return Ticket{}, nil, false, err
+	}
 	t = q.ticket(s)
 	resp, err := q.Client.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(q.Prefix), "=", 0).WithPrefix(),
@@ -148,11 +187,13 @@ func (q Queue) abandonAfter(ctx context.Context, t Ticket, err error) error {
 
 // Abandon removes t's key after a cancelled or failed acquire, with a
 // context detached from ctx and bounded by CleanupTimeout, and frees its
-// name. While t is held no other attempt uses its name, so the unguarded
+// name. If the delete fails, the key is kept as a leftover that the
+// session's next Join or TryJoin deletes first. While t is held no other attempt uses its name, so the unguarded
 // delete can only remove t's own entry.
 func (q Queue) Abandon(ctx context.Context, t Ticket) error {
 	if err := q.Cleanup(ctx, t.Key); err != nil {
-		return err // the name stays retired; the key goes with the lease
+		t.pool.retire(t.Key) // the next Join retries; the lease's end removes it anyway
+		return err
 	}
 	t.pool.put(t.slot)
 	return nil

@@ -82,3 +82,25 @@ func TestTakenNameRetired(t *testing.T) {
 	require.Len(t, resp.Kvs, 1)
 	assert.Equal(t, "leftover", string(resp.Kvs[0].Value), "the leftover was not overwritten")
 }
+
+// A key whose cleanup failed does not keep its own session queued behind
+// it: the session's next Join removes it first.
+func TestLeftoverSwept(t *testing.T) {
+	ctx, cli, s, q := setup(t)
+	a, _, err := q.Join(ctx, s, "a")
+	require.NoError(t, err)
+	// The cleanup cannot reach etcd: a closed client stands in for a
+	// partition.
+	dead := etcdtest.NewClient(t, clientv3.Config{Endpoints: cli.Endpoints()})
+	require.NoError(t, dead.Close())
+	broken := queue.Queue{Client: dead, Prefix: q.Prefix}
+	require.Error(t, broken.Abandon(ctx, a))
+
+	b, pred, err := q.Join(ctx, s, "b")
+	require.NoError(t, err)
+	assert.Nil(t, pred, "the leftover was removed before b joined")
+	assert.NotEqual(t, a.Key, b.Key, "the leftover's name stays retired")
+	resp, err := cli.Get(ctx, a.Key)
+	require.NoError(t, err)
+	assert.Empty(t, resp.Kvs)
+}
