@@ -88,16 +88,20 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	if err := el.sessionErr(); err != nil {
 		return nil, err
 	}
-	t, pred, err := el.q.Join(ctx, el.s, value)
+	// Every request and watch of the campaign stops when the session
+	// ends, even while etcd is unreachable.
+	bctx, cancel := queue.BindSession(ctx, el.s)
+	defer cancel()
+	t, pred, err := el.q.Join(bctx, el.s, value)
 	if err != nil {
-		return nil, el.wrap(ctx, "campaign", err)
+		return nil, el.wrap(bctx, "campaign", err)
 	}
 	// etcd #19597: never report leadership without seeing our own key.
 	// Wait's last read (after the predecessor's deletion) checks, in the
 	// same round trip as the new predecessor, that our key still exists;
 	// if Join found no predecessor, our key was created in that very read.
-	if err := el.q.Wait(ctx, t.Entry, pred, t.Rev+1, el.s.Done()); err != nil {
-		return nil, el.abandon(ctx, t, el.wrap(ctx, "campaign", err))
+	if err := el.q.Wait(bctx, t.Entry, pred, t.Rev+1); err != nil {
+		return nil, el.abandon(ctx, t, el.wrap(bctx, "campaign", err))
 	}
 	term := newTerm(el, t, value)
 	if term.Err() != nil { // the session ended: never report leadership
@@ -109,7 +113,7 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 
 // abandon removes t's key after a failed campaign and returns err.
 func (el *Election) abandon(ctx context.Context, t queue.Ticket, err error) error {
-	if aerr := el.q.Abandon(ctx, t); aerr != nil {
+	if aerr := el.q.Abandon(ctx, el.s, t); aerr != nil {
 		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
 	}
 	return err
@@ -126,7 +130,9 @@ func (el *Election) sessionErr() error {
 
 func (el *Election) wrap(ctx context.Context, op string, err error) error {
 	switch {
-	case errors.Is(err, queue.ErrStopped), errors.Is(err, queue.ErrEntryGone):
+	case queue.SessionEnded(ctx):
+		return el.sessionErr()
+	case errors.Is(err, queue.ErrEntryGone):
 		if serr := el.sessionErr(); serr != nil {
 			return serr
 		}

@@ -93,29 +93,33 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (Held, error) {
 	if err := m.sessionErr(); err != nil {
 		return nil, err
 	}
+	// Every request and watch of the acquire stops when the session ends,
+	// even while etcd is unreachable.
+	bctx, cancel := queue.BindSession(ctx, m.s)
+	defer cancel()
 	if try {
-		t, _, ok, err := m.q.TryJoin(ctx, m.s, m.opts.owner)
+		t, _, ok, err := m.q.TryJoin(bctx, m.s, m.opts.owner)
 		if err != nil {
-			return nil, m.wrap("try lock", err)
+			return nil, m.wrap(bctx, "try lock", err)
 		}
 		if !ok {
 			return nil, fmt.Errorf("lock %q: %w", m.name, ErrLocked)
 		}
 		return m.grant(ctx, t)
 	}
-	t, pred, err := m.q.Join(ctx, m.s, m.opts.owner)
+	t, pred, err := m.q.Join(bctx, m.s, m.opts.owner)
 	if err != nil {
-		return nil, m.wrap("lock", err)
+		return nil, m.wrap(bctx, "lock", err)
 	}
-	if err := m.q.Wait(ctx, t.Entry, pred, t.Rev+1, m.s.Done()); err != nil {
-		return nil, m.abandon(ctx, t, m.wrap("lock", err))
+	if err := m.q.Wait(bctx, t.Entry, pred, t.Rev+1); err != nil {
+		return nil, m.abandon(ctx, t, m.wrap(bctx, "lock", err))
 	}
 	return m.grant(ctx, t)
 }
 
 // abandon removes t's key after a failed acquire and returns err.
 func (m *Mutex) abandon(ctx context.Context, t queue.Ticket, err error) error {
-	if aerr := m.q.Abandon(ctx, t); aerr != nil {
+	if aerr := m.q.Abandon(ctx, m.s, t); aerr != nil {
 		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
 	}
 	return err
@@ -141,9 +145,13 @@ func (m *Mutex) sessionErr() error {
 	}
 }
 
-func (m *Mutex) wrap(op string, err error) error {
+// wrap describes an acquire error; bctx is the acquire's context from
+// queue.BindSession.
+func (m *Mutex) wrap(bctx context.Context, op string, err error) error {
 	switch {
-	case errors.Is(err, queue.ErrStopped), errors.Is(err, queue.ErrEntryGone):
+	case queue.SessionEnded(bctx):
+		return m.sessionErr()
+	case errors.Is(err, queue.ErrEntryGone):
 		if serr := m.sessionErr(); serr != nil {
 			return serr
 		}

@@ -81,7 +81,7 @@ func (h *Hold) startWatch() {
 	h.cancelWatch, h.watchDone = cancel, make(chan struct{})
 	go func() {
 		defer close(h.watchDone)
-		if !h.q.WatchGone(ctx, h.t.Entry, h.t.Rev+1, nil) {
+		if !h.q.WatchGone(ctx, h.t.Entry, h.t.Rev+1) {
 			return
 		}
 		h.mu.Lock()

@@ -97,6 +97,26 @@ func (p *slotPool) put(slot uint64) {
 	p.free = append(p.free, slot)
 }
 
+// ErrSessionEnded is the cause of a context from BindSession that was
+// cancelled because the session ended.
+var ErrSessionEnded = errors.New("session ended")
+
+// BindSession returns a copy of ctx that is also cancelled, with cause
+// ErrSessionEnded, when s ends: an acquire bound to it stops every read,
+// write and watch the moment the session's Done closes, even while etcd is
+// unreachable. Call cancel when done.
+func BindSession(ctx context.Context, s *session.Session) (context.Context, context.CancelFunc) {
+	bctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.Context(), func() { cancel(ErrSessionEnded) })
+	return bctx, func() { stop(); cancel(nil) }
+}
+
+// SessionEnded reports whether ctx, from BindSession, ended because the
+// session did.
+func SessionEnded(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), ErrSessionEnded)
+}
+
 // Ticket is a session's claim on one key name of a queue, from Join or
 // TryJoin until Leave or Abandon.
 type Ticket struct {
@@ -135,7 +155,7 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 			clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
 		).Commit()
 		if err != nil {
-			return Ticket{}, nil, q.abandonAfter(ctx, t, err)
+			return Ticket{}, nil, q.abandonAfter(ctx, s, t, err)
 		}
 		if !resp.Succeeded {
 			continue // retire the slot: its name belongs to a leftover entry
@@ -165,7 +185,7 @@ func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t T
 		clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...),
 	).Commit()
 	if err != nil {
-		return Ticket{}, nil, false, q.abandonAfter(ctx, t, err)
+		return Ticket{}, nil, false, q.abandonAfter(ctx, s, t, err)
 	}
 	if !resp.Succeeded {
 		t.pool.put(t.slot)
@@ -178,8 +198,8 @@ func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t T
 	return t, nil, true, nil
 }
 
-func (q Queue) abandonAfter(ctx context.Context, t Ticket, err error) error {
-	if aerr := q.Abandon(ctx, t); aerr != nil {
+func (q Queue) abandonAfter(ctx context.Context, s *session.Session, t Ticket, err error) error {
+	if aerr := q.Abandon(ctx, s, t); aerr != nil {
 		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
 	}
 	return err
@@ -187,10 +207,17 @@ func (q Queue) abandonAfter(ctx context.Context, t Ticket, err error) error {
 
 // Abandon removes t's key after a cancelled or failed acquire, with a
 // context detached from ctx and bounded by CleanupTimeout, and frees its
-// name. If the delete fails, the key is kept as a leftover that the
-// session's next Join or TryJoin deletes first. While t is held no other attempt uses its name, so the unguarded
-// delete can only remove t's own entry.
-func (q Queue) Abandon(ctx context.Context, t Ticket) error {
+// name. While t is held no other attempt uses its name, so the unguarded
+// delete can only remove t's own entry. If the delete fails, the key is
+// kept as a leftover that the session's next Join or TryJoin deletes
+// first. If s has ended, Abandon does nothing: the key goes with the lease
+// (whose heartbeats have stopped), and etcd may well be unreachable.
+func (q Queue) Abandon(ctx context.Context, s *session.Session, t Ticket) error {
+	select {
+	case <-s.Done():
+		return nil
+	default:
+	}
 	if err := q.Cleanup(ctx, t.Key); err != nil {
 		t.pool.retire(t.Key) // the next Join retries; the lease's end removes it anyway
 		return err

@@ -41,11 +41,12 @@ var ErrEntryGone = errors.New("queue entry deleted while waiting")
 // loop that runs every 100ms, which would delay a quick handoff by up to
 // that much. It watches only the immediate predecessor; after each
 // deletion it re-reads, in one round trip, the new predecessor and whether e
-// itself still exists. It returns ErrEntryGone if e disappeared, the error of
-// stop's cause when stop closes, or ctx's error. It never deletes e.
-func (q Queue) Wait(ctx context.Context, e Entry, pred *mvccpb.KeyValue, fromRev int64, stop <-chan struct{}) error {
+// itself still exists. It returns ErrEntryGone if e disappeared, or ctx's
+// error (bind ctx to the session with BindSession, so that every read and
+// watch stops when the session ends). It never deletes e.
+func (q Queue) Wait(ctx context.Context, e Entry, pred *mvccpb.KeyValue, fromRev int64) error {
 	for pred != nil {
-		if err := q.waitDelete(ctx, string(pred.Key), fromRev, stop); err != nil {
+		if err := q.waitDelete(ctx, string(pred.Key), fromRev); err != nil {
 			return err
 		}
 		resp, err := q.Client.Txn(ctx).Then(
@@ -67,20 +68,15 @@ func (q Queue) Wait(ctx context.Context, e Entry, pred *mvccpb.KeyValue, fromRev
 	return nil
 }
 
-// ErrStopped is returned by Wait when stop closed.
-var ErrStopped = errors.New("queue wait stopped")
-
 // waitDelete returns when key is deleted at or after revision fromRev, or
 // when the watch ends for another reason (compaction, a broken stream): the
 // caller re-reads the queue either way.
-func (q Queue) waitDelete(ctx context.Context, key string, fromRev int64, stop <-chan struct{}) error {
+func (q Queue) waitDelete(ctx context.Context, key string, fromRev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := q.Client.Watch(wctx, key, clientv3.WithRev(fromRev), clientv3.WithFilterPut())
 	for {
 		select {
-		case <-stop:
-			return ErrStopped
 		case <-ctx.Done():
 			return ctx.Err()
 		case wr, ok := <-wch:
@@ -128,14 +124,14 @@ func (e Entry) Owned() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(e.Key), "=", e.Rev)
 }
 
-// WatchGone blocks until e's key is deleted, stop closes (a nil stop never
-// does), or ctx ends; it reports true if the key is gone. It starts watching at fromRev
-// and re-reads the key whenever the watch breaks (compaction, reconnect).
-func (q Queue) WatchGone(ctx context.Context, e Entry, fromRev int64, stop <-chan struct{}) bool {
+// WatchGone blocks until e's key is deleted or ctx ends; it reports true if
+// the key is gone. It starts watching at fromRev and re-reads the key
+// whenever the watch breaks (compaction, reconnect).
+func (q Queue) WatchGone(ctx context.Context, e Entry, fromRev int64) bool {
 	for {
 		wctx, cancel := context.WithCancel(ctx)
 		wch := q.Client.Watch(wctx, e.Key, clientv3.WithRev(fromRev), clientv3.WithFilterPut())
-		gone, broken := q.watchGoneOnce(ctx, wch, stop)
+		gone, broken := q.watchGoneOnce(ctx, wch)
 		cancel()
 		if !broken {
 			return gone
@@ -147,11 +143,9 @@ func (q Queue) WatchGone(ctx context.Context, e Entry, fromRev int64, stop <-cha
 				return false
 			}
 			select {
-			case <-stop:
-				return false
 			case <-ctx.Done():
 				return false
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(100 * time.Millisecond): // etcd unreachable: retry the read
 			}
 			continue
 		}
@@ -162,11 +156,9 @@ func (q Queue) WatchGone(ctx context.Context, e Entry, fromRev int64, stop <-cha
 	}
 }
 
-func (q Queue) watchGoneOnce(ctx context.Context, wch clientv3.WatchChan, stop <-chan struct{}) (gone, broken bool) {
+func (q Queue) watchGoneOnce(ctx context.Context, wch clientv3.WatchChan) (gone, broken bool) {
 	for {
 		select {
-		case <-stop:
-			return false, false
 		case <-ctx.Done():
 			return false, false
 		case wr, ok := <-wch:

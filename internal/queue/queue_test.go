@@ -94,7 +94,7 @@ func TestLeftoverSwept(t *testing.T) {
 	dead := etcdtest.NewClient(t, clientv3.Config{Endpoints: cli.Endpoints()})
 	require.NoError(t, dead.Close())
 	broken := queue.Queue{Client: dead, Prefix: q.Prefix}
-	require.Error(t, broken.Abandon(ctx, a))
+	require.Error(t, broken.Abandon(ctx, s, a))
 
 	b, pred, err := q.Join(ctx, s, "b")
 	require.NoError(t, err)
