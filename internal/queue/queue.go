@@ -109,8 +109,9 @@ func (q Queue) Remove(ctx context.Context, e Entry) (bool, error) {
 }
 
 // Cleanup deletes key after a cancelled or failed acquire, with a context
-// detached from ctx and bounded by CleanupTimeout. The key is unique to the
-// attempt, so an unguarded delete can only remove our own entry.
+// detached from ctx and bounded by CleanupTimeout. The caller must own the
+// key's name (hold its Ticket), so that an unguarded delete can only remove
+// its own entry.
 func (q Queue) Cleanup(ctx context.Context, key string) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 	defer cancel()

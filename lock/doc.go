@@ -1,0 +1,53 @@
+// Package lock defines the backend-neutral lock interfaces ([Locker],
+// [Held]) and implements them on etcd ([Mutex]).
+//
+// # Guarantee
+//
+// A Mutex is a queue of keys under "<prefix>/<name>/", each bound to a
+// [session.Session]'s lease and ordered by create revision. The first key
+// holds the lock; every waiter watches only its immediate predecessor, so a
+// release wakes exactly one waiter, and waiters are granted in FIFO order of
+// arrival. Within etcd, two grants of one lock never overlap: a grant ends
+// only when its key is deleted (Unlock, or the lease's expiry), and a waiter
+// is granted only after reading, in the same round trip, that no earlier
+// key exists and that its own still does.
+//
+// Each grant's fencing token ([Held.Token]) is its key's create revision:
+// successive holders of one lock get strictly increasing tokens, across
+// leader changes and member loss (it is the cluster's revision).
+//
+// A holder learns it may have lost the lock no later than anyone else can
+// be granted it: Held.Done closes at the session's local deadline (the send
+// time of the last acknowledged keepalive + TTL − safety margin, on the
+// monotonic clock), which comes before the server can expire the lease, and
+// when the grant's key is seen deleted.
+//
+// # Limits
+//
+// No lock service can stop a holder that is paused (GC, SIGSTOP, a stalled
+// VM) between checking Done and acting: it wakes up after its grant ended
+// and acts anyway. Exclusion at the resource comes only from the resource
+// checking the token (package fence). Use [Do] to get a context that ends
+// with the grant, and pass [Held.Token] with every write.
+//
+// The local deadline assumes that this host's monotonic clock and the etcd
+// leader's do not drift apart by more than the safety margin within one TTL.
+//
+// # Caveats
+//
+//   - Lock returns an error, and removes its key, on etcd errors as well as
+//     when ctx ends; retry in the caller if waiting through an outage is
+//     wanted.
+//   - Every Lock or TryLock call is an independent grant, even on one Mutex
+//     or one session (unlike etcd's concurrency.Mutex, whose two Mutexes on
+//     one session both "hold" the lock).
+//   - When the session ends, every lock it holds is lost at once. Use one
+//     session per process, not one per lock, and watch Held.Done.
+//   - A session's key names are reused once an attempt is over, so that a
+//     busy lock does not leave a tombstone per acquire in etcd's index until
+//     the next compaction; every check and delete is guarded by the create
+//     revision, never by the name alone.
+//   - Tokens of different locks are not comparable; tokens of one lock are
+//     comparable across the lock's whole life on one etcd cluster (a restore
+//     from backup or a new cluster starts revisions anew).
+package lock
