@@ -70,6 +70,9 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 				Password:    cfg.Password,
 				DB:          cfg.DB,
 				DialTimeout: cfg.DialTimeout,
+				// Honour ctx deadlines on reads, so that a stalled node
+				// cannot hold a Lock (or a Redlock round) past its ctx.
+				ContextTimeoutEnabled: true,
 			}))
 		}
 		if err := c.pingRedis(ctx); err != nil {

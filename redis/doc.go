@@ -62,5 +62,8 @@
 //     bound it with a deadline. TryLock reports them at once.
 //   - With Redlock, go-redis' own retries on a dead node count against the
 //     per-node timeout (WithNodeTimeout); a lower MaxRetries on the clients
-//     makes a dead node cheaper.
+//     makes a dead node cheaper. NewRedlock refuses a *goredis.Client whose
+//     Options.ContextTimeoutEnabled is false: go-redis would then ignore
+//     the per-node deadline on a stalled (paused, not dead) node and wait
+//     for its ReadTimeout, eating the grant's validity.
 package redis

@@ -48,7 +48,7 @@ func ExampleNewRedlock() {
 	ctx := context.Background()
 	var clients []goredis.UniversalClient
 	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379", "10.0.0.4:6379", "10.0.0.5:6379"} {
-		c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+		c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 		defer c.Close()
 		clients = append(clients, c)
 	}

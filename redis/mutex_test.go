@@ -34,9 +34,9 @@ func waitDone(t *testing.T, h lock.Held) {
 }
 
 func TestNewBadInput(t *testing.T) {
-	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
 	t.Cleanup(func() { _ = c.Close() })
-	clients := []goredis.UniversalClient{c, goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:2"}), goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:3"})}
+	clients := []goredis.UniversalClient{c, goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:2", ContextTimeoutEnabled: true}), goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:3", ContextTimeoutEnabled: true})}
 	for _, cl := range clients[1:] {
 		t.Cleanup(func() { _ = cl.Close() })
 	}

@@ -58,6 +58,9 @@ func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) 
 		}
 		if cl, ok := c.(*goredis.Client); ok {
 			addrs[i] = cl.Options().Addr
+			if !cl.Options().ContextTimeoutEnabled {
+				return nil, fmt.Errorf("%w: clients[%d] (%s): Options.ContextTimeoutEnabled is false, so go-redis would ignore the per-node timeout on a stalled node (up to its ReadTimeout) and eat the lock's validity; set it to true", ErrInvalidOption, i, addrs[i])
+			}
 		}
 		for j := range i {
 			if clients[j] == c {

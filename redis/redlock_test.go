@@ -3,9 +3,11 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -126,4 +128,22 @@ func TestRedlockExtendOnMajority(t *testing.T) {
 		t.Error("Done open after Extend reported loss")
 	}
 	assert.ErrorIs(t, g.Unlock(ctx), lock.ErrLockLost)
+}
+
+// A client that would ignore ctx deadlines on a stalled node is refused: it
+// would let one paused node eat the whole validity.
+func TestRedlockRequiresContextTimeouts(t *testing.T) {
+	var clients []goredis.UniversalClient
+	for i := range 3 {
+		clients = append(clients, goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1), ContextTimeoutEnabled: i != 1}))
+	}
+	t.Cleanup(func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	})
+	_, err := redis.NewRedlock(clients, "x")
+	require.ErrorIs(t, err, redis.ErrInvalidOption)
+	assert.ErrorContains(t, err, "clients[1]")
+	assert.ErrorContains(t, err, "ContextTimeoutEnabled")
 }

@@ -1,23 +1,46 @@
-// Package redistest starts real redis-server processes for tests: one with
-// [Start], several independent masters (for Redlock) with [StartN].
+// Package redistest starts real Redis servers for tests: one with [Start],
+// several independent masters (for Redlock) with [StartN].
 //
-// Each server listens on a free loopback port, runs with no persistence
-// (--save "" --appendonly no) and --maxmemory-policy noeviction (a lock key
-// must never be evicted), and is killed by t.Cleanup, so no process outlives
-// the test. [Server.Kill], [Server.Stop] and [Server.Restart] let fault tests
-// take a node down and bring it back empty on the same port.
+// A server is a redis-server process on a free loopback port when the
+// binary is on PATH (the default), else a container of [Image]
+// (redis:7.0.15) run through testcontainers-go, its port 6379 published on
+// a fixed free host port; [WithContainer] forces the container mode. On a
+// machine with a registry the image is pulled; without one it must have
+// been built locally by integration/containers.BuildRedis, which tags it
+// with the same name. If neither mode is possible the test is skipped with
+// a message, or fails when DLOCK_REQUIRE=all (or lists "redis"; "docker"
+// with WithContainer), as decided by internal/testenv.
 //
-// The redis-server binary is looked up on PATH. If it is missing the test is
-// skipped with a message, or fails when DLOCK_REQUIRE=all (or lists
-// "redis"), as decided by internal/testenv.
+// Each server runs with no persistence (--save "" --appendonly no) and
+// --maxmemory-policy noeviction (a lock key must never be evicted), and is
+// killed (or its container removed) by t.Cleanup, so nothing outlives the
+// test. [Server.Kill], [Server.Stop] and [Server.Restart] let fault tests
+// take a node down and bring it back empty on the same address; for a
+// container they are docker kill, docker stop and docker start of the same
+// container, which keeps its published port.
 //
 // # Caveats
 //
-//   - There is no container fallback yet: without the binary on PATH the
-//     test skips (or fails under DLOCK_REQUIRE).
 //   - Ports are found by binding port 0 and closing the listener, so another
-//     process may grab the port before redis-server binds it; Start retries
-//     a few times with a fresh port, Restart retries on the same port.
-//   - Servers are started with Pdeathsig on Linux, so they die with the test
-//     binary even if it is killed before its cleanups run.
+//     process may grab the port before the server (or Docker) binds it;
+//     Start retries a few times with a fresh port, Restart of a process
+//     retries on the same port, Restart of a container fails the test if
+//     the port was taken meanwhile.
+//   - Process servers are started with Pdeathsig on Linux, so they die with
+//     the test binary even if it is killed before its cleanups run.
+//     Containers have no such guard: the container mode sets
+//     TESTCONTAINERS_RYUK_DISABLED=true in the process environment, if it
+//     is unset, because the reaper's image cannot be pulled without a
+//     registry; a test binary killed before its cleanups leaves its
+//     containers running (they carry testcontainers' labels, for
+//     `docker rm -f $(docker ps -aq --filter label=org.testcontainers)`).
+//   - In a container, 127.0.0.1 is the container itself: [WithArgs] that
+//     name another server by its Addr (--replicaof 127.0.0.1 port) do not
+//     work in the container mode.
+//   - A container's Addr is on the host testcontainers reports
+//     (TESTCONTAINERS_HOST_OVERRIDE when set); when that host is not
+//     loopback and does not answer, as happens inside a container where it
+//     is the bridge gateway, Start falls back to 127.0.0.1.
+//   - The container image has no shell: wait strategies that exec into the
+//     container do not apply; Start waits for PING on the published port.
 package redistest

@@ -28,3 +28,15 @@ func ExampleStartN() {
 		_ = clients // redis.NewRedlock(clients, "name")
 	}
 }
+
+// ExampleWithContainer runs the server in a container of redistest.Image
+// even where redis-server is on PATH, for faults the container runtime
+// injects (docker pause).
+func ExampleWithContainer() {
+	_ = func(t *testing.T) {
+		s := redistest.Start(t, redistest.WithContainer()) // removed when t ends
+		_ = s.ContainerID()                                // docker pause <id>
+		s.Stop()                                           // docker stop
+		s.Restart()                                        // docker start, same address
+	}
+}

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Defaults, in one place.
@@ -38,7 +36,17 @@ const (
 type Option func(*config)
 
 type config struct {
-	args []string
+	args      []string
+	container bool
+}
+
+// WithContainer runs the server in a container of [Image] even when the
+// redis-server binary is on PATH. Without a Docker engine, or without the
+// image (missing and not pullable), the test skips, or fails when
+// DLOCK_REQUIRE=all (or lists "docker"). Optional, defaults to the process
+// mode when the binary is on PATH and the container mode otherwise.
+func WithContainer() Option {
+	return func(c *config) { c.container = true }
 }
 
 // WithArgs appends redis-server command-line arguments, for example
@@ -47,14 +55,17 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
-// Server is one redis-server process on a loopback port. Its methods are safe
-// for concurrent use. The process is killed when the test that started it
-// ends.
+// Server is one redis-server, a process on a loopback port or a container
+// with its port published on the Docker host. Its methods are safe for
+// concurrent use. The process is killed, or the container removed, when the
+// test that started it ends.
 type Server struct {
 	t    testing.TB
+	host string // the address's host: 127.0.0.1, or the Docker host
 	port int
 	dir  string
 	args []string
+	ctr  *ctr // nil in the process mode
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -62,21 +73,25 @@ type Server struct {
 	out    *syncBuffer
 }
 
-// Start starts a redis-server on a free loopback port and waits until it
-// answers PING. It skips (or fails, under DLOCK_REQUIRE) the test if the
-// binary is missing, and fails it if the server does not come up.
+// Start starts a redis-server and waits until it answers PING: a process on
+// a free loopback port when the binary is on PATH, else (or with
+// [WithContainer]) a container of [Image] whose port is published on a free
+// host port. It skips (or fails, under DLOCK_REQUIRE) the test if neither is
+// possible, and fails it if the server does not come up.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	path, err := exec.LookPath(Binary)
-	if err != nil {
-		testenv.Missing(t, "redis", fmt.Sprintf("%s not found on PATH: %v", Binary, err))
-		return nil
-	}
 	var c config
 	for _, o := range opts {
 		o(&c)
 	}
-	s := &Server{t: t, dir: t.TempDir(), args: c.args}
+	if c.container {
+		return startContainer(t, c, "container mode requested")
+	}
+	path, err := exec.LookPath(Binary)
+	if err != nil {
+		return startContainer(t, c, fmt.Sprintf("%s not found on PATH: %v", Binary, err))
+	}
+	s := &Server{t: t, host: "127.0.0.1", dir: t.TempDir(), args: c.args}
 	t.Cleanup(s.Kill)
 	var lastErr error
 	for range portAttempts {
@@ -113,17 +128,40 @@ func Clients(t testing.TB, servers []*Server) []goredis.UniversalClient {
 	return clients
 }
 
-// Addr returns the server's "127.0.0.1:port" address. It stays the same
-// across Restart.
-func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+// Addr returns the server's "host:port" address: "127.0.0.1:port" for a
+// process; for a container, the published port on the Docker host
+// (usually 127.0.0.1 too). It stays the same across Restart.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr()
+}
 
-// Port returns the server's port.
+// addr is Addr with s.mu held.
+func (s *Server) addr() string { return net.JoinHostPort(s.host, strconv.Itoa(s.port)) }
+
+// Port returns the server's port on the host (for a container, the
+// published port).
 func (s *Server) Port() int { return s.port }
+
+// Container reports whether the server runs in a container.
+func (s *Server) Container() bool { return s.ctr != nil }
+
+// ContainerID returns the server's container ID, for faults the container
+// runtime injects (docker pause), or "" in the process mode.
+func (s *Server) ContainerID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctr == nil || s.ctr.c == nil {
+		return ""
+	}
+	return s.ctr.c.GetContainerID()
+}
 
 // Client returns a new client for the server, closed when t ends.
 func (s *Server) Client(t testing.TB) goredis.UniversalClient {
 	t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -131,7 +169,7 @@ func (s *Server) Client(t testing.TB) goredis.UniversalClient {
 // Config sets a server parameter with CONFIG SET, failing the test on error.
 func (s *Server) Config(key, value string) {
 	s.t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
@@ -141,27 +179,47 @@ func (s *Server) Config(key, value string) {
 }
 
 // Kill stops the server at once with SIGKILL and waits for it to exit, like
-// a crash. It is a no-op if the server is not running.
+// a crash (docker kill for a container, which is kept for Restart). It is a
+// no-op if the server is not running.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ctr != nil {
+		s.killContainer()
+		return
+	}
 	s.signalAndWait(syscall.SIGKILL, 0)
 }
 
 // Stop stops the server with SIGTERM (a clean shutdown; nothing is saved)
-// and waits for it to exit, killing it after a bounded wait. It is a no-op
-// if the server is not running.
+// and waits for it to exit, killing it after a bounded wait (docker stop
+// for a container, which is kept for Restart). It is a no-op if the server
+// is not running.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ctr != nil {
+		s.stopContainer()
+		return
+	}
 	s.signalAndWait(syscall.SIGTERM, stopTimeout)
 }
 
 // Restart kills the server if it is running and starts it again, empty, on
-// the same port, failing the test if it does not come up.
+// the same port, failing the test if it does not come up. A container is
+// started again (docker start), keeping its published port.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Kill()
+	if s.ctr != nil {
+		s.mu.Lock()
+		err := s.restartContainer()
+		s.mu.Unlock()
+		if err != nil {
+			s.t.Fatalf("redistest: restart container on port %d: %v", s.port, err)
+		}
+		return
+	}
 	path, err := exec.LookPath(Binary)
 	if err != nil {
 		s.t.Fatalf("redistest: restart: %v", err)
@@ -177,10 +235,19 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart %s on port %d: %v", Binary, s.port, lastErr)
 }
 
-// Running reports whether the server process is running.
+// Running reports whether the server process (or container) is running.
 func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ctr != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+		defer cancel()
+		running, err := s.containerRunning(ctx)
+		if err != nil {
+			s.t.Errorf("redistest: inspect container: %v", err)
+		}
+		return running
+	}
 	if s.exited == nil {
 		return false
 	}
@@ -222,7 +289,7 @@ func (s *Server) start(path string) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
-	if err := waitPing(ctx, s.Addr(), exited); err != nil {
+	if err := waitPing(ctx, s.addr(), exited); err != nil {
 		s.signalAndWait(syscall.SIGKILL, 0)
 		return fmt.Errorf("%w; output: %s", err, strings.TrimSpace(out.String()))
 	}
