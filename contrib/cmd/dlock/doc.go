@@ -2,6 +2,11 @@
 // why fencing tokens matter, a lock wrapper for shell commands, leader
 // election, lock inspection and a backend benchmark.
 //
+// Its guarantee is the SDK's: run hands CMD a fencing token and stops CMD
+// when the lock is seen lost. Its limit too: CMD can still act between the
+// loss and its exit, and only a resource that checks the token turns that
+// into a rejected write. Redlock grants carry no token at all.
+//
 // Install it with
 //
 //	go install github.com/dlock-go/dlock/contrib/cmd/dlock@latest
@@ -11,7 +16,7 @@
 // # Usage
 //
 //	dlock demo
-//	dlock run --lock NAME [--endpoints h:2379,... | --dsn etcd://...] [--ttl 10s] [--timeout D] [--grace 10s] -- CMD [ARGS...]
+//	dlock run --lock NAME [--endpoints h:2379,... | --dsn DSN] [--ttl 10s] [--timeout D] [--grace 10s] -- CMD [ARGS...]
 //	dlock elect [flags] NAME VALUE
 //	dlock elect --observe [flags] NAME
 //	dlock inspect [--json] [--election] [flags] NAME
@@ -26,8 +31,15 @@
 // run holds the lock NAME while CMD runs and passes the fencing token to it
 // in $DLOCK_TOKEN (with the lock's name in $DLOCK_LOCK), like "etcdctl lock"
 // and "consul lock" but with a token CMD can hand to the resources it
-// writes. If the lock is lost while CMD runs, CMD's process group gets
-// SIGTERM, then SIGKILL after --grace. SIGINT and SIGTERM are forwarded.
+// writes. It works on every backend: etcd (--endpoints, or --dsn etcd://),
+// one Redis node (--dsn redis://) or Redlock (--dsn redlock://h1,h2,h3).
+// A Redis or Redlock grant is renewed every TTL/3 while CMD runs. A Redlock
+// grant has no fencing token: $DLOCK_TOKEN is then "<name>:0", which every
+// fence guard rejects, and run prints a warning to stderr. If the lock is
+// lost while CMD runs (etcd: the session expired or its lease was revoked;
+// Redis: a renewal found the key gone, or none succeeded within the TTL),
+// CMD's process group gets SIGTERM, then SIGKILL after --grace, and run
+// exits 3. SIGINT and SIGTERM are forwarded.
 //
 // elect campaigns for leadership and holds it until interrupted, then
 // resigns; with --observe it prints every change of leader.
@@ -40,10 +52,15 @@
 // more backends (etcd://, redis://, redlock:// DSNs, see dlock.ParseDSN)
 // and prints them side by side.
 //
-// run, elect and inspect talk to etcd: --endpoints (default
-// 127.0.0.1:2379) or --dsn etcd://h1:2379,h2:2379[/prefix][?ttl=10s].
-// Keys live under <prefix>/lock/<name>/ and <prefix>/election/<name>/,
-// with the prefix "dlock" by default, as for dlock.Open.
+// elect and inspect talk to etcd only, and so does run by default:
+// --endpoints (default 127.0.0.1:2379) or --dsn
+// etcd://h1:2379,h2:2379[/prefix][?ttl=10s]. run also takes
+// --dsn redis://h:6379[/prefix][?ttl=10s&db=0] and
+// --dsn redlock://h1:6379,h2:6379,h3:6379[/prefix][?ttl=10s] (see
+// dlock.ParseDSN); elect and inspect reject them with a usage error. Keys
+// live under <prefix>/lock/<name>/ and <prefix>/election/<name>/ on etcd,
+// at <prefix>:{<name>} on Redis, with the prefix "dlock" by default, as for
+// dlock.Open.
 //
 // Every subcommand has --help. Flags of elect, inspect and bench may also
 // follow their arguments; run's flags must come before "--".
@@ -51,7 +68,7 @@
 // # Exit codes
 //
 //	0      success (run: CMD exited 0)
-//	1      error: etcd unreachable within --dial-timeout, lock not acquired within --timeout, …
+//	1      error: backend unreachable within --dial-timeout, lock not acquired within --timeout, …
 //	2      bad flags or arguments
 //	3      the lock (run) or leadership (elect) was lost while held
 //	127    run: CMD could not be started
@@ -65,6 +82,11 @@
 //   - A lost lock is detected, and CMD is told to stop, only after the
 //     fact: CMD may still act between the loss and its exit. Only a
 //     resource that checks $DLOCK_TOKEN turns that into a rejected write.
+//   - On Redis and Redlock, run notices a deleted lock key (an operator's
+//     DEL, a failover, a restart) only at the next renewal, up to TTL/3
+//     later; by then another holder may have the lock (see package redis).
+//     On Redis the token still tells their writes apart; Redlock has none.
+//   - run --owner is stored by etcd only; it is a usage error with Redis.
 //   - run starts CMD in a process group of its own, so that everything it
 //     starts can be stopped; CMD is therefore not in the terminal's
 //     foreground group and should not read from the terminal.

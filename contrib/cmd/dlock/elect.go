@@ -26,7 +26,7 @@ arguments, 3 leadership lost.`
 
 func runElect(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "elect", "[flags] NAME VALUE | --observe NAME", electDescription)
-	var conn etcdFlags
+	var conn connFlags
 	conn.register(fs, true)
 	observe := fs.Bool("observe", false, "print the leader and every change of leader, instead of campaigning")
 	pos, err := parse(fs, args, true)

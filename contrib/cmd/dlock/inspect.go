@@ -52,7 +52,7 @@ type inspectResult struct {
 
 func runInspect(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "inspect", "[flags] NAME", inspectDescription)
-	var conn etcdFlags
+	var conn connFlags
 	conn.register(fs, false)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	isElection := fs.Bool("election", false, "inspect the election NAME instead of the lock NAME")

@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // Exit codes shared by every subcommand (run also passes on its child's).
@@ -42,8 +44,16 @@ type env struct {
 }
 
 func main() {
+	// go-redis logs dial failures to stderr on its own; errors reach the
+	// user through report, as one line, instead.
+	goredis.SetLogger(nopLogger{})
 	os.Exit(mainExit(os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr}))
 }
+
+// nopLogger discards go-redis's log lines.
+type nopLogger struct{}
+
+func (nopLogger) Printf(context.Context, string, ...any) {}
 
 // mainExit runs the subcommand named by args[0] and returns the process's
 // exit code. Errors are printed as one line: "dlock <cmd>: <error>".

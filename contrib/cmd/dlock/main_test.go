@@ -188,5 +188,14 @@ func oneLineErr(t *testing.T, stderr string) {
 	require.True(t, strings.HasPrefix(lines[0], "dlock"), "stderr: %q", stderr)
 }
 
+// trapTERM returns a shell script for a child that prints "ready" and waits
+// until SIGTERM, then prints "got TERM" and exits with code. The trap also
+// SIGKILLs the background sleep: a SIGTERM that reaches it between fork and
+// exec is swallowed by the handler it inherited from the shell, and a
+// surviving sleep would hold dlock's stdout open for a minute.
+func trapTERM(code int) string {
+	return fmt.Sprintf(`trap 'echo got TERM; kill -9 $! 2>/dev/null; exit %d' TERM; sleep 60 & echo ready; wait`, code)
+}
+
 // hostPort strips the scheme from an etcdtest endpoint.
 func hostPort(ep string) string { return strings.TrimPrefix(ep, "http://") }

@@ -7,32 +7,45 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
 )
 
 const runDescription = `
-Acquires the lock NAME on etcd (waiting in line if it is held), runs CMD
-while holding it, releases it when CMD exits, and exits with CMD's exit
-code. CMD gets the lock's name in $DLOCK_LOCK and its fencing token in
-$DLOCK_TOKEN ("<name>:<seq>", the fence wire form): pass the token on with
-every write, so that the resource can reject a write from a holder that has
-lost the lock (see "dlock demo").
+Acquires the lock NAME (waiting if it is held), runs CMD while holding it,
+releases it when CMD exits, and exits with CMD's exit code. CMD gets the
+lock's name in $DLOCK_LOCK and its fencing token in $DLOCK_TOKEN
+("<name>:<seq>", the fence wire form): pass the token on with every write,
+so that the resource can reject a write from a holder that has lost the
+lock (see "dlock demo").
 
-If the lock is lost while CMD runs (the session could not reach etcd in
-time, or someone revoked its lease), CMD's process group gets SIGTERM, then
-SIGKILL after --grace, and dlock exits with code 3. SIGINT and SIGTERM sent
-to dlock are forwarded to CMD.
+The lock lives on etcd (--endpoints, or --dsn etcd://...), on one Redis
+node (--dsn redis://...) or on Redlock masters (--dsn redlock://h1,h2,h3).
+etcd queues waiters in order; Redis and Redlock waiters are not served in
+order. A Redis or Redlock grant is renewed every TTL/3 while CMD runs, so
+it lasts as long as dlock does.
+
+Redlock grants carry no fencing token: $DLOCK_TOKEN is then "<name>:0"
+(seq 0), which every fence guard rejects, and dlock prints a warning to
+stderr. Use etcd or redis:// where the resource must be fenced.
+
+If the lock is lost while CMD runs (etcd: the session could not reach etcd
+in time, or someone revoked its lease; Redis, Redlock: a renewal found the
+key gone or taken, or no renewal succeeded before the TTL ran out), CMD's
+process group gets SIGTERM, then SIGKILL after --grace, and dlock exits with
+code 3. SIGINT and SIGTERM sent to dlock are forwarded to CMD.
 
 CMD runs in a process group of its own (so that a lost lock stops all of
 it); it is not the terminal's foreground group.
 
 Exit codes:
   CMD's code  CMD exited while holding the lock (128+N if killed by signal N)
-  1           error: etcd unreachable, lock not acquired within --timeout…
+  1           error: backend unreachable, lock not acquired within --timeout…
   2           bad flags or arguments
   3           the lock was lost while CMD ran (whatever CMD's exit code)
   127         CMD could not be started
@@ -48,9 +61,9 @@ const (
 func runRun(_ context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "run", "--lock NAME [flags] -- CMD [ARGS...]", runDescription)
 	var (
-		conn    etcdFlags
+		conn    = connFlags{anyBackend: true}
 		name    = fs.String("lock", "", "the lock's name (required): letters, digits, '-._', segments separated by '/'")
-		owner   = fs.String("owner", "", "value stored in the lock's key, shown by inspect (default \"<hostname>/<pid>\")")
+		owner   = fs.String("owner", "", "etcd only: value stored in the lock's key, shown by inspect (default \"<hostname>/<pid>\")")
 		timeout = fs.Duration("timeout", 0, "give up if the lock is not acquired within this long (0: wait forever)")
 		grace   = fs.Duration("grace", defaultGrace, "after the lock is lost, wait this long between SIGTERM and SIGKILL")
 	)
@@ -78,11 +91,12 @@ func runRun(_ context.Context, e *env, args []string) error {
 	if err := lock.ValidateName(*name); err != nil {
 		return usageError("--lock: %v", err)
 	}
-	if err := conn.resolve(fs); err != nil {
+	cfg, err := conn.config(fs)
+	if err != nil {
 		return err
 	}
-	if err := checkTTL(conn.ttl); err != nil {
-		return err
+	if *owner != "" && cfg.Backend != dlock.BackendEtcd {
+		return usageError("--owner: only etcd stores an owner, not %s", cfg.Backend)
 	}
 
 	// Phase 1: connect and acquire; a signal cancels. run watches signals
@@ -106,25 +120,27 @@ func runRun(_ context.Context, e *env, args []string) error {
 		<-watching
 		return sig
 	}
-	cli, err := conn.connect(actx)
+	client, err := dlock.Open(actx, cfg)
 	if err != nil {
-		return interrupted(signalled(), err)
-	}
-	defer cli.Close()
-	sess, err := session.New(actx, cli, session.WithTTL(conn.ttl))
-	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && actx.Err() == nil {
+			err = fmt.Errorf("%s at %s: no answer within %v (is it running? see --dsn, --endpoints, --dial-timeout)",
+				cfg.Backend, strings.Join(cfg.Endpoints, ","), cfg.DialTimeout)
+		}
 		return interrupted(signalled(), err)
 	}
 	defer func() {
+		// For etcd this revokes the session's lease; for Redis it closes
+		// the connections (the grant is released before, by release).
 		cctx, ccancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer ccancel()
-		sess.Close(cctx)
+		client.Close(cctx)
 	}()
-	opts := []lock.Option{lock.WithPrefix(conn.lockPrefix())}
-	if *owner != "" {
-		opts = append(opts, lock.WithOwner(*owner))
+	var l lock.Locker
+	if *owner != "" { // etcd, checked above: Client.Locker's lock, plus the owner
+		l, err = lock.New(client.Session(), *name, lock.WithPrefix(cfg.Prefix+"/lock"), lock.WithOwner(*owner))
+	} else {
+		l, err = client.Locker(*name)
 	}
-	m, err := lock.New(sess, *name, opts...)
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -134,7 +150,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 		lctx, lcancel = context.WithTimeout(actx, *timeout)
 		defer lcancel()
 	}
-	held, err := m.Lock(lctx)
+	held, err := l.Lock(lctx)
 	sig = signalled()
 	if err != nil {
 		if sig == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -147,6 +163,9 @@ func runRun(_ context.Context, e *env, args []string) error {
 		return interrupted(sig, context.Canceled)
 	}
 	defer release(held)
+	if tok := held.Token(); tok.Seq == 0 {
+		fmt.Fprintf(e.stderr, "dlock run: warning: %s grants carry no fencing token; DLOCK_TOKEN is %q (seq 0), which every fence guard rejects\n", cfg.Backend, tok.String())
+	}
 
 	// Phase 2: run the command while holding the lock.
 	return runHolding(e, held, *name, argv, *grace, sigc)

@@ -64,7 +64,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 
 	t.Run("child exits on SIGTERM", func(t *testing.T) {
 		p := start(t, "run", "--lock", "lost/term", "--endpoints", c.Endpoints()[0], "--",
-			"sh", "-c", `trap 'echo got TERM; exit 0' TERM; sleep 60 & echo ready; wait`)
+			"sh", "-c", trapTERM(0))
 		p.waitLine(t, "ready")
 		revokeHolder(t, cli, "dlock/lock/lost/term/")
 		code, rest := p.wait(t, 15*time.Second)
@@ -101,7 +101,7 @@ func TestRunForwardsSignals(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.New(t)
 	p := start(t, "run", "--lock", "sig", "--endpoints", c.Endpoints()[0], "--",
-		"sh", "-c", `trap 'echo got TERM; exit 5' TERM; sleep 60 & echo ready; wait`)
+		"sh", "-c", trapTERM(5))
 	p.waitLine(t, "ready")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	code, rest := p.wait(t, 15*time.Second)
