@@ -101,22 +101,14 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	// same round trip as the new predecessor, that our key still exists;
 	// if Join found no predecessor, our key was created in that very read.
 	if err := el.q.Wait(bctx, t.Entry, pred, t.Rev+1); err != nil {
-		return nil, el.abandon(ctx, t, el.wrap(bctx, "campaign", err))
+		return nil, el.q.AbandonAfter(ctx, el.s, t, el.wrap(bctx, "campaign", err))
 	}
 	term := newTerm(el, t, value)
 	if term.Err() != nil { // the session ended: never report leadership
 		term.h.Stop()
-		return nil, el.abandon(ctx, t, fmt.Errorf("election %q: %w: %w", el.name, ErrSessionDone, el.s.Err()))
+		return nil, el.q.AbandonAfter(ctx, el.s, t, fmt.Errorf("election %q: %w: %w", el.name, ErrSessionDone, el.s.Err()))
 	}
 	return term, nil
-}
-
-// abandon removes t's key after a failed campaign and returns err.
-func (el *Election) abandon(ctx context.Context, t queue.Ticket, err error) error {
-	if aerr := el.q.Abandon(ctx, el.s, t); aerr != nil {
-		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
-	}
-	return err
 }
 
 func (el *Election) sessionErr() error {

@@ -112,17 +112,9 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (Held, error) {
 		return nil, m.wrap(bctx, "lock", err)
 	}
 	if err := m.q.Wait(bctx, t.Entry, pred, t.Rev+1); err != nil {
-		return nil, m.abandon(ctx, t, m.wrap(bctx, "lock", err))
+		return nil, m.q.AbandonAfter(ctx, m.s, t, m.wrap(bctx, "lock", err))
 	}
 	return m.grant(ctx, t)
-}
-
-// abandon removes t's key after a failed acquire and returns err.
-func (m *Mutex) abandon(ctx context.Context, t queue.Ticket, err error) error {
-	if aerr := m.q.Abandon(ctx, m.s, t); aerr != nil {
-		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
-	}
-	return err
 }
 
 // grant ties t to the session's end; it fails if the session ended before.
@@ -131,7 +123,7 @@ func (m *Mutex) grant(ctx context.Context, t queue.Ticket) (Held, error) {
 	g.h = queue.NewHold(m.q, m.s, t, g.lostBySession, g.lostByDelete)
 	if g.Err() != nil { // the session ended before the grant
 		g.h.Stop()
-		return nil, m.abandon(ctx, t, fmt.Errorf("lock %q: %w: %w", m.name, ErrSessionDone, m.s.Err()))
+		return nil, m.q.AbandonAfter(ctx, m.s, t, fmt.Errorf("lock %q: %w: %w", m.name, ErrSessionDone, m.s.Err()))
 	}
 	return g, nil
 }

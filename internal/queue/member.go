@@ -155,7 +155,7 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 			clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
 		).Commit()
 		if err != nil {
-			return Ticket{}, nil, q.abandonAfter(ctx, s, t, err)
+			return Ticket{}, nil, q.AbandonAfter(ctx, s, t, err)
 		}
 		if !resp.Succeeded {
 			continue // retire the slot: its name belongs to a leftover entry
@@ -185,7 +185,7 @@ func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t T
 		clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...),
 	).Commit()
 	if err != nil {
-		return Ticket{}, nil, false, q.abandonAfter(ctx, s, t, err)
+		return Ticket{}, nil, false, q.AbandonAfter(ctx, s, t, err)
 	}
 	if !resp.Succeeded {
 		t.pool.put(t.slot)
@@ -198,7 +198,9 @@ func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t T
 	return t, nil, true, nil
 }
 
-func (q Queue) abandonAfter(ctx context.Context, s *session.Session, t Ticket, err error) error {
+// AbandonAfter abandons t after the failure err and returns err, with the
+// cleanup's own failure appended to the message if it failed.
+func (q Queue) AbandonAfter(ctx context.Context, s *session.Session, t Ticket, err error) error {
 	if aerr := q.Abandon(ctx, s, t); aerr != nil {
 		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
 	}
