@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -354,4 +355,47 @@ func TestDoCancelsOnLoss(t *testing.T) {
 	}))
 	assert.True(t, ran)
 	assert.Equal(t, int64(0), keyCount(t, cli, m.Prefix()))
+}
+
+// One heartbeat loop per session, not one per lock: while a session holds
+// 50 locks, each extension of its deadline costs one keepalive.
+func TestOneHeartbeatForManyLocks(t *testing.T) {
+	c := etcdtest.New(t)
+	var keepalives atomic.Int64
+	cfg := c.Config()
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainStreamInterceptor(
+		func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if method == "/etcdserverpb.Lease/LeaseKeepAlive" {
+				keepalives.Add(1)
+			}
+			return streamer(ctx, desc, cc, method, opts...)
+		})}
+	cli := etcdtest.NewClient(t, cfg)
+	s := newSession(t, cli, session.WithTTL(2*time.Second), session.WithHeartbeat(100*time.Millisecond))
+	ctx := ctxFor(t)
+	for i := range 50 {
+		h, err := newMutex(t, s, fmt.Sprintf("many/%d", i)).Lock(ctx)
+		require.NoError(t, err)
+		h.Done()
+		defer h.Unlock(ctx)
+	}
+	const extensions = 5
+	start := keepalives.Load()
+	last := s.Deadline()
+	for n := 0; n < extensions; {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the deadline stopped moving")
+		case <-s.Done():
+			t.Fatalf("session ended: %v", s.Err())
+		case <-time.After(10 * time.Millisecond): // polling the deadline: no event exists for it
+		}
+		if d := s.Deadline(); d.After(last) {
+			last = d
+			n++
+		}
+	}
+	got := keepalives.Load() - start
+	assert.LessOrEqual(t, got, int64(extensions+1), "keepalives for %d extensions with 50 locks held", extensions)
+	assert.GreaterOrEqual(t, got, int64(extensions-1)) // one may have been in flight at the start
 }
