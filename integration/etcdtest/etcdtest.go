@@ -22,12 +22,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,7 +100,7 @@ func New(t testing.TB, opts ...Option) *Cluster {
 
 // Start starts an embedded etcd cluster outside a test (an example, a
 // demo); Close stops it and removes its data.
-func Start(opts ...Option) (_ *Cluster, err error) {
+func Start(opts ...Option) (*Cluster, error) {
 	cfg := config{members: 1, tickMs: 50, electionMs: 500}
 	for _, o := range opts {
 		o(&cfg)
@@ -105,6 +108,22 @@ func Start(opts ...Option) (_ *Cluster, err error) {
 	if cfg.members < 1 || cfg.members > 7 || cfg.members%2 == 0 {
 		return nil, fmt.Errorf("members = %d; want 1, 3, 5 or 7", cfg.members)
 	}
+	// A port found free may be taken before etcd binds it (other test
+	// binaries run in parallel): start again on fresh ports.
+	var err error
+	for range startAttempts {
+		var c *Cluster
+		if c, err = start(cfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return c, err
+		}
+	}
+	return nil, err
+}
+
+// startAttempts bounds the restarts on a port taken in between.
+const startAttempts = 5
+
+func start(cfg config) (_ *Cluster, err error) {
 	root, err := os.MkdirTemp("", "etcdtest-")
 	if err != nil {
 		return nil, err
@@ -338,6 +357,16 @@ func FreeAddr(t testing.TB) string {
 }
 
 func freeAddr() (string, error) {
+	// Prefer a random port below the kernel's ephemeral range (32768 and
+	// up on Linux), which the many outgoing connections of a test run draw
+	// from; fall back to a kernel-chosen port.
+	for range 20 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(10000+rand.IntN(20000)))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
