@@ -339,12 +339,14 @@ func TestDoCancelsOnLoss(t *testing.T) {
 	cli := c.Client(t)
 	ctx := ctxFor(t)
 	m := newMutex(t, newSession(t, cli), "do")
-	err := lock.Do(ctx, m, func(ctx context.Context, h lock.Held) error {
-		_, err := cli.Delete(ctx, h.(*lock.Grant).Key()) // lose it
+	err := lock.Do(ctx, m, func(fnCtx context.Context, h lock.Held) error {
+		// Lose it, from outside fn's context (which the loss cancels,
+		// possibly before this Delete's reply arrives).
+		_, err := cli.Delete(ctx, h.(*lock.Grant).Key())
 		require.NoError(t, err)
-		<-ctx.Done()
-		assert.ErrorIs(t, context.Cause(ctx), lock.ErrLockLost)
-		return context.Cause(ctx)
+		<-fnCtx.Done()
+		assert.ErrorIs(t, context.Cause(fnCtx), lock.ErrLockLost)
+		return context.Cause(fnCtx)
 	})
 	assert.ErrorIs(t, err, lock.ErrLockLost)
 
