@@ -17,7 +17,7 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParseDSN(t *testing.T) {
 	cases := map[string]dlock.Config{

@@ -11,11 +11,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/election"
-	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/session"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testTimeout bounds every test's waits.
 const testTimeout = 60 * time.Second

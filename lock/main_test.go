@@ -9,12 +9,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testTimeout bounds every test's waits.
 const testTimeout = 60 * time.Second

@@ -14,7 +14,7 @@ import (
 	"github.com/dlock-go/dlock/session"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func ctxFor(t *testing.T) context.Context {
 	t.Helper()

@@ -37,7 +37,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 )
 
@@ -373,11 +372,4 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-// GoleakOptions returns goleak options that ignore goroutines embedded etcd
-// and the gRPC runtime leave behind for a while after Close, for use in
-// TestMain: goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...).
-func GoleakOptions() []goleak.Option {
-	return []goleak.Option{}
 }

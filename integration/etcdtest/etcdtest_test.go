@@ -12,7 +12,7 @@ import (
 	"github.com/dlock-go/dlock/integration/etcdtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestSingleMember(t *testing.T) {
 	c := etcdtest.New(t)

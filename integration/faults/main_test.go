@@ -23,7 +23,6 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/httpfence"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/faults"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
@@ -51,7 +50,7 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	if code == 0 {
-		if err := goleak.Find(etcdtest.GoleakOptions()...); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -129,8 +129,7 @@ type Ticket struct {
 // and which will go with the lease); the slot is retired.
 var errNameTaken = errors.New("key name taken")
 
-func (q Queue) ticket(s *session.Session) Ticket {
-	p := poolFor(s)
+func (q Queue) ticket(p *slotPool) Ticket {
 	slot := p.get()
 	return Ticket{Entry: Entry{Key: q.Prefix + p.lease + strconv.FormatUint(slot, 10)}, pool: p, slot: slot}
 }
@@ -143,11 +142,12 @@ const maxNameTries = 8
 // is first), in one round trip. On error nothing is left behind (the key
 // is removed with a detached, bounded context).
 func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket, *mvccpb.KeyValue, error) {
-	if err := poolFor(s).sweep(ctx, q.Client); err != nil {
+	p := poolFor(s)
+	if err := p.sweep(ctx, q.Client); err != nil {
 		return Ticket{}, nil, err
 	}
 	for range maxNameTries {
-		t := q.ticket(s)
+		t := q.ticket(p)
 		resp, err := q.Client.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(t.Key), "=", 0),
 		).Then(
@@ -173,10 +173,11 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 // (a Txn whose compare covers the whole prefix). If the queue is not empty
 // it returns ok=false, creates nothing, and holder is the first entry.
 func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t Ticket, holder *mvccpb.KeyValue, ok bool, err error) {
-	if err := poolFor(s).sweep(ctx, q.Client); err != nil {
+	p := poolFor(s)
+	if err := p.sweep(ctx, q.Client); err != nil {
 		return Ticket{}, nil, false, err
 	}
-	t = q.ticket(s)
+	t = q.ticket(p)
 	resp, err := q.Client.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(q.Prefix), "=", 0).WithPrefix(),
 	).Then(

@@ -15,7 +15,7 @@ import (
 	"github.com/dlock-go/dlock/session"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, etcdtest.GoleakOptions()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func setup(t *testing.T) (context.Context, *clientv3.Client, *session.Session, queue.Queue) {
 	t.Helper()

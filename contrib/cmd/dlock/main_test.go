@@ -15,8 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
-
-	"github.com/dlock-go/dlock/integration/etcdtest"
 )
 
 // bin is the dlock binary built by TestMain.
@@ -29,7 +27,7 @@ var buildFlags []string
 const cmdTimeout = 60 * time.Second
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(buildFirst{m}, etcdtest.GoleakOptions()...)
+	goleak.VerifyTestMain(buildFirst{m})
 }
 
 // buildFirst builds the binary before the tests run and removes it after.
