@@ -41,54 +41,89 @@ var ErrEntryGone = errors.New("queue entry deleted while waiting")
 // loop that runs every 100ms, which would delay a quick handoff by up to
 // that much. It watches only the immediate predecessor; after each
 // deletion it re-reads, in one round trip, the new predecessor and whether e
-// itself still exists. It returns ErrEntryGone if e disappeared, or ctx's
-// error (bind ctx to the session with BindSession, so that every read and
-// watch stops when the session ends). It never deletes e.
+// itself still exists (see check). It returns ErrEntryGone if e
+// disappeared, or ctx's error (bind ctx to the session with BindSession, so
+// that every read and watch stops when the session ends). It never deletes
+// e.
 func (q Queue) Wait(ctx context.Context, e Entry, pred *mvccpb.KeyValue, fromRev int64) error {
 	for pred != nil {
-		if err := q.waitDelete(ctx, string(pred.Key), fromRev); err != nil {
-			return err
-		}
-		resp, err := q.Client.Txn(ctx).Then(
-			clientv3.OpGet(q.Prefix, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.Rev-1))...),
-			clientv3.OpGet(e.Key, clientv3.WithKeysOnly()),
-		).Commit()
+		delRev, err := q.waitDelete(ctx, string(pred.Key), fromRev)
 		if err != nil {
 			return err
 		}
-		if own := resp.Responses[1].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != e.Rev {
-			return ErrEntryGone
+		var rev int64
+		if pred, rev, err = q.check(ctx, e, delRev); err != nil {
+			return err
 		}
-		pred = nil
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			pred = kvs[0]
-		}
-		fromRev = resp.Header.Revision + 1
+		fromRev = rev + 1
 	}
 	return nil
 }
 
-// waitDelete returns when key is deleted at or after revision fromRev, or
-// when the watch ends for another reason (compaction, a broken stream): the
-// caller re-reads the queue either way.
-func (q Queue) waitDelete(ctx context.Context, key string, fromRev int64) error {
+// check reads, in one round trip (one range, no Txn), e's predecessor
+// (nil if e is first) and whether e still exists; it returns the revision
+// it read at. The range is the queue's last two entries created at or
+// before e.Rev: e itself, then its predecessor.
+//
+// After a watch event (delRev > 0) the read is serializable: it skips the
+// leader round trip of a linearizable read, which is the larger part of a
+// handoff after the event. That is safe once the read's revision r is at
+// least delRev (≥ e.Rev): entries created before e never reappear (every
+// new key gets a later revision), so an earlier entry that exists now
+// existed at r too, and "no predecessor at r" means none now; and e's own
+// key, if present at r, may be deleted just after the read either way,
+// which the hold's watch and the session's deadline report. A member
+// behind delRev (the client may read from another member than the one
+// that sent the event) would not show e, so then, and when the watch broke
+// without an event (delRev = 0), the read is linearizable.
+func (q Queue) check(ctx context.Context, e Entry, delRev int64) (pred *mvccpb.KeyValue, rev int64, err error) {
+	var resp *clientv3.GetResponse
+	for _, serializable := range []bool{delRev > 0, false} {
+		opts := []clientv3.OpOption{
+			clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+			clientv3.WithLimit(2), clientv3.WithMaxCreateRev(e.Rev), clientv3.WithKeysOnly(),
+		}
+		if serializable {
+			opts = append(opts, clientv3.WithSerializable())
+		}
+		if resp, err = q.Client.Get(ctx, q.Prefix, opts...); err != nil {
+			return nil, 0, err
+		}
+		if !serializable || resp.Header.Revision >= delRev {
+			break
+		}
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != e.Rev || string(resp.Kvs[0].Key) != e.Key {
+		return nil, 0, ErrEntryGone
+	}
+	if len(resp.Kvs) > 1 {
+		pred = resp.Kvs[1]
+	}
+	return pred, resp.Header.Revision, nil
+}
+
+// waitDelete returns when key is deleted at or after revision fromRev, with
+// the deletion's revision, or with revision 0 when the watch ends for
+// another reason (compaction, a broken stream): the caller re-reads the
+// queue either way.
+func (q Queue) waitDelete(ctx context.Context, key string, fromRev int64) (int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := q.Client.Watch(wctx, key, clientv3.WithRev(fromRev), clientv3.WithFilterPut())
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil {
 				if ctx.Err() != nil {
-					return ctx.Err()
+					return 0, ctx.Err()
 				}
-				return nil // re-read the queue
+				return 0, nil // re-read the queue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					return nil
+					return ev.Kv.ModRevision, nil
 				}
 			}
 		}
