@@ -47,8 +47,20 @@ func benchConcurrencySession(b *testing.B, cli *clientv3.Client) *concurrency.Se
 	return s
 }
 
-// Uncontended Lock+Unlock: dlock's Mutex, etcd's concurrency.Mutex, and the
-// floor (a bare Txn put-if-absent + a delete: two round trips).
+// guardedUnlock is concurrency.Mutex.Unlock as etcd's fix for #22082
+// (PR #22115) makes it: a delete guarded by the key's create revision, as
+// dlock's Unlock is. Today's Unlock is a bare Delete, which a retried
+// Unlock can aim at the same session's next acquisition.
+func guardedUnlock(ctx context.Context, cli *clientv3.Client, m *concurrency.Mutex) error {
+	_, err := cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpDelete(m.Key())).Commit()
+	return err
+}
+
+// Uncontended Lock+Unlock, interleaved: dlock's Mutex; etcd's
+// concurrency.Mutex (the anchor) as released, and with the guarded Unlock
+// of its #22082 fix; the floor (a bare Txn put-if-absent + a Delete: two
+// round trips) and the floor with a guarded delete (what an Unlock that
+// cannot delete a later holder's key costs at least).
 func BenchmarkUncontended(b *testing.B) {
 	c := etcdtest.New(b)
 	cli := c.Client(b)
@@ -59,42 +71,69 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	cs := benchConcurrencySession(b, cli)
 	anchor := concurrency.NewMutex(cs, "anchor/bench")
+	fixed := concurrency.NewMutex(cs, "fixed/bench")
 	floorKey := "floor/bench"
-	var dOurs, dAnchor, dFloor []time.Duration
-	b.ResetTimer()
-	for b.Loop() {
-		t0 := time.Now()
-		h, err := ours.Lock(ctx)
+	put := func() int64 {
+		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(floorKey), "=", 0)).
+			Then(clientv3.OpPut(floorKey, "", clientv3.WithLease(cs.Lease()))).Commit()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := h.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if err := anchor.Lock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if err := anchor.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(floorKey), "=", 0)).
-			Then(clientv3.OpPut(floorKey, "", clientv3.WithLease(cs.Lease()))).Commit(); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := cli.Delete(ctx, floorKey); err != nil {
-			b.Fatal(err)
-		}
-		t3 := time.Now()
-		dOurs, dAnchor, dFloor = append(dOurs, t1.Sub(t0)), append(dAnchor, t2.Sub(t1)), append(dFloor, t3.Sub(t2))
+		return resp.Header.Revision
 	}
-	mo, ma, mf := median(dOurs), median(dAnchor), median(dFloor)
+	contenders := []struct {
+		metric string
+		run    func() error
+		d      []time.Duration
+	}{
+		{metric: "dlock", run: func() error {
+			h, err := ours.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return h.Unlock(ctx)
+		}},
+		{metric: "etcdmutex", run: func() error {
+			if err := anchor.Lock(ctx); err != nil {
+				return err
+			}
+			return anchor.Unlock(ctx)
+		}},
+		{metric: "etcdmutex-fixed", run: func() error {
+			if err := fixed.Lock(ctx); err != nil {
+				return err
+			}
+			return guardedUnlock(ctx, cli, fixed)
+		}},
+		{metric: "floor", run: func() error {
+			put()
+			_, err := cli.Delete(ctx, floorKey)
+			return err
+		}},
+		{metric: "floor-guarded", run: func() error {
+			rev := put()
+			_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(floorKey), "=", rev)).
+				Then(clientv3.OpDelete(floorKey)).Commit()
+			return err
+		}},
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		for i := range contenders {
+			t0 := time.Now()
+			if err := contenders[i].run(); err != nil {
+				b.Fatal(err)
+			}
+			contenders[i].d = append(contenders[i].d, time.Since(t0))
+		}
+	}
+	mo := median(contenders[0].d)
 	b.ReportMetric(mo, "dlock-ns")
-	b.ReportMetric(ma, "etcdmutex-ns")
-	b.ReportMetric(mf, "floor-ns")
-	b.ReportMetric(mo/ma, "x-etcdmutex")
-	b.ReportMetric(mo/mf, "x-floor")
+	for _, c := range contenders[1:] {
+		m := median(c.d)
+		b.ReportMetric(m, c.metric+"-ns")
+		b.ReportMetric(mo/m, "x-"+c.metric)
+	}
 }
 
 // contender is one lock implementation for the handoff benchmark: lock
@@ -143,13 +182,15 @@ func handoffs(b *testing.B, lockers []contender, n int) []time.Duration {
 }
 
 // Handoff latency with 16 waiters: release (start of Unlock) → next waiter
-// granted. dlock needs one round trip after the watch event; etcd's Mutex
-// needs two (it re-reads the queue, then its own key).
+// granted, for dlock and for etcd's Mutex as released and with the guarded
+// Unlock of its #22082 fix. dlock needs one round trip after the watch
+// event (a serializable range, see queue.Wait); etcd's Mutex needs two
+// linearizable reads (it re-reads the queue, then its own key).
 func BenchmarkHandoff16(b *testing.B) {
 	const waiters = 16
 	c := etcdtest.New(b)
 	cli := c.Client(b)
-	var ours, anchor []contender
+	var ours, anchor, fixed []contender
 	for range waiters {
 		m, err := lock.New(benchSession(b, cli), "handoff")
 		if err != nil {
@@ -162,20 +203,29 @@ func BenchmarkHandoff16(b *testing.B) {
 			}
 			return h.Unlock, nil
 		})
-		cm := concurrency.NewMutex(benchConcurrencySession(b, cli), "anchor/handoff")
+		cs := benchConcurrencySession(b, cli)
+		cm := concurrency.NewMutex(cs, "anchor/handoff")
 		anchor = append(anchor, func(ctx context.Context) (func(context.Context) error, error) {
 			return cm.Unlock, cm.Lock(ctx)
 		})
+		fm := concurrency.NewMutex(cs, "fixed/handoff")
+		fixed = append(fixed, func(ctx context.Context) (func(context.Context) error, error) {
+			unlock := func(ctx context.Context) error { return guardedUnlock(ctx, cli, fm) }
+			return unlock, fm.Lock(ctx)
+		})
 	}
 	const round = 32
-	var dOurs, dAnchor []time.Duration
+	var dOurs, dAnchor, dFixed []time.Duration
 	b.ResetTimer()
 	for done := 0; done < b.N; done += round {
 		dOurs = append(dOurs, handoffs(b, ours, round)...)
 		dAnchor = append(dAnchor, handoffs(b, anchor, round)...)
+		dFixed = append(dFixed, handoffs(b, fixed, round)...)
 	}
-	mo, ma := median(dOurs), median(dAnchor)
+	mo, ma, mf := median(dOurs), median(dAnchor), median(dFixed)
 	b.ReportMetric(mo, "dlock-ns/handoff")
 	b.ReportMetric(ma, "etcdmutex-ns/handoff")
+	b.ReportMetric(mf, "etcdmutex-fixed-ns/handoff")
 	b.ReportMetric(mo/ma, "x-etcdmutex")
+	b.ReportMetric(mo/mf, "x-etcdmutex-fixed")
 }

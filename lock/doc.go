@@ -9,8 +9,9 @@
 // release wakes exactly one waiter, and waiters are granted in FIFO order of
 // arrival. Within etcd, two grants of one lock never overlap: a grant ends
 // only when its key is deleted (Unlock, or the lease's expiry), and a waiter
-// is granted only after reading, in the same round trip, that no earlier
-// key exists and that its own still does.
+// is granted only after reading, in one request at a revision at or after
+// its predecessor's deletion, that no earlier key exists and that its own
+// still does (earlier keys never reappear, so that read is final).
 //
 // Each grant's fencing token ([Held.Token]) is its key's create revision:
 // successive holders of one lock get strictly increasing tokens, across

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +31,7 @@ type contention struct {
 	res     *resource
 	mutexes *faults.History // FencedMutex
 	logf    func(format string, args ...any)
+	tb      testing.TB
 
 	holding  atomic.Int32
 	overlaps atomic.Int32 // grants that found another holder in its section
@@ -36,7 +41,13 @@ type contention struct {
 	mu     sync.Mutex
 	tokens []uint64      // in grant order (appended inside the section)
 	notify chan struct{} // closed and replaced at every grant
+
+	steps sync.Map // worker id → what it is doing and since when
 }
+
+// phaseBound bounds one waitGrants: a phase takes seconds, so a phase
+// that takes minutes is a stall, reported with every worker's step.
+const phaseBound = 2 * time.Minute
 
 func newContention(t testing.TB, name string, ttl time.Duration) *contention {
 	hist := faults.NewHistory()
@@ -46,6 +57,7 @@ func newContention(t testing.TB, name string, ttl time.Duration) *contention {
 		res:     newResource(t, true, hist),
 		mutexes: faults.NewHistory(),
 		logf:    t.Logf,
+		tb:      t,
 		notify:  make(chan struct{}),
 	}
 }
@@ -57,8 +69,11 @@ func (c *contention) grants() int {
 	return len(c.tokens)
 }
 
-// waitGrants waits until there have been at least n grants.
+// waitGrants waits until there have been at least n grants, for at most
+// phaseBound. Its error names what each worker is doing.
 func (c *contention) waitGrants(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, phaseBound)
+	defer cancel()
 	for {
 		c.mu.Lock()
 		got, ch := len(c.tokens), c.notify
@@ -69,15 +84,47 @@ func (c *contention) waitGrants(ctx context.Context, n int) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("%d grants of %d: %w", got, n, ctx.Err())
+			return fmt.Errorf("%d grants of %d: %w; workers: %s; goroutines: %s", got, n, ctx.Err(), c.where(), c.dumpGoroutines())
 		}
 	}
+}
+
+// step records what worker id is doing now.
+func (c *contention) step(id int, what string) {
+	c.steps.Store(id, what+" since "+time.Now().Format("15:04:05.000"))
+}
+
+// where describes every worker's current step.
+func (c *contention) where() string {
+	var ws []string
+	c.steps.Range(func(id, what any) bool {
+		ws = append(ws, fmt.Sprintf("%d: %s", id, what))
+		return true
+	})
+	slices.Sort(ws)
+	return strings.Join(ws, "; ")
+}
+
+// dumpGoroutines writes every goroutine's stack to the artifact
+// directory, for a stalled phase, and returns the file's path.
+func (c *contention) dumpGoroutines() string {
+	path := filepath.Join(faults.ArtifactDir(c.tb), fmt.Sprintf("goroutines-%s-%d.txt", c.name, time.Now().UnixNano()))
+	f, err := os.Create(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if err := pprof.Lookup("goroutine").WriteTo(f, 2); err != nil {
+		return err.Error()
+	}
+	return path
 }
 
 // run is worker id's loop on client cli until stop closes or ctx ends.
 func (c *contention) run(ctx context.Context, id int, cli *clientv3.Client, stop <-chan struct{}, hold func()) {
 	var s *session.Session
 	defer func() {
+		c.step(id, "exited")
 		if s != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -93,6 +140,7 @@ func (c *contention) run(ctx context.Context, id int, cli *clientv3.Client, stop
 		default:
 		}
 		if s == nil || isDone(s.Done()) {
+			c.step(id, "new session")
 			if s != nil {
 				c.errs.Add(1)
 				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -115,18 +163,22 @@ func (c *contention) run(ctx context.Context, id int, cli *clientv3.Client, stop
 			c.logf("worker %d: %v", id, err)
 			return
 		}
+		c.step(id, "lock")
 		call := c.mutexes.Now()
 		lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		h, err := m.Lock(lctx)
 		cancel()
 		if err != nil {
+			c.step(id, "backoff after "+err.Error())
 			c.errs.Add(1)
 			backoff(ctx)
 			if strings.Contains(err.Error(), "removing key") {
 				// The failed acquire's key may remain in the queue, bound to
 				// this session: start a new one rather than queue behind it.
 				c.logf("worker %d: %v", id, err)
-				s.Close(context.WithoutCancel(ctx))
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				s.Close(cctx)
+				cancel()
 				s = nil
 			}
 			continue
@@ -143,10 +195,12 @@ func (c *contention) run(ctx context.Context, id int, cli *clientv3.Client, stop
 		close(c.notify)
 		c.notify = make(chan struct{})
 		c.mu.Unlock()
+		c.step(id, fmt.Sprintf("section %d", tok.Seq))
 		c.section(id, tok, hold)
 		lostInSection := isDone(h.Done())
 		c.holding.Add(-1)
 
+		c.step(id, fmt.Sprintf("unlock %d", tok.Seq))
 		rcall := c.mutexes.Now()
 		err = unlockRetry(ctx, h)
 		switch {
