@@ -60,14 +60,15 @@ func validateName(name string) error {
 }
 
 func newQueue(cli *clientv3.Client, o options, name string) queue.Queue {
-	return queue.Queue{Client: cli, Prefix: o.prefix + "/" + name + "/"}
+	return queue.Queue{Client: cli, Prefix: queue.PrefixFor(o.prefix, name)}
 }
 
 // Name returns the election's name (the Name of its leaders' tokens).
 func (el *Election) Name() string { return el.name }
 
-// Prefix returns the etcd key prefix of the election's candidates (ends
-// with "/").
+// Prefix returns the etcd key prefix of the election's candidates:
+// "<prefix>/<name>/" with each "/" in the name written "%2F" (see
+// lock.Mutex.Prefix).
 func (el *Election) Prefix() string { return el.q.Prefix }
 
 // Campaign puts a candidate key holding value, bound to the session's

@@ -368,6 +368,26 @@ func TestBadInput(t *testing.T) {
 
 	el, err := election.New(s, "jobs/v2.nightly", election.WithPrefix("custom"))
 	require.NoError(t, err)
-	assert.Equal(t, "custom/jobs/v2.nightly/", el.Prefix())
+	assert.Equal(t, "custom/jobs%2Fv2.nightly/", el.Prefix())
 	assert.Equal(t, "jobs/v2.nightly", el.Name())
+}
+
+// Nested names are separate elections (see lock's TestNestedNamesAreIndependent).
+func TestNestedNamesAreIndependent(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+	var terms []*election.Term
+	for _, name := range []string{"a/b", "a"} {
+		el, err := election.New(newSession(t, cli), name)
+		require.NoError(t, err)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		term, err := el.Campaign(cctx, "v")
+		cancel()
+		require.NoError(t, err, "%q must elect its own leader while the others lead", name)
+		terms = append(terms, term)
+	}
+	for _, term := range terms {
+		require.NoError(t, term.Resign(ctx))
+	}
 }

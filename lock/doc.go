@@ -3,7 +3,8 @@
 //
 // # Guarantee
 //
-// A Mutex is a queue of keys under "<prefix>/<name>/", each bound to a
+// A Mutex is a queue of keys under "<prefix>/<name>/" (a "/" in the name
+// is written "%2F", so that nested names are separate queues), each bound to a
 // [session.Session]'s lease and ordered by create revision. The first key
 // holds the lock; every waiter watches only its immediate predecessor, so a
 // release wakes exactly one waiter, and waiters are granted in FIFO order of

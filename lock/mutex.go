@@ -12,7 +12,8 @@ import (
 	"github.com/dlock-go/dlock/session"
 )
 
-// Mutex is the etcd lock: a queue of keys under "<prefix>/<name>/", bound to
+// Mutex is the etcd lock: a queue of keys under "<prefix>/<name>/" (each "/"
+// in the name written "%2F", see Prefix), bound to
 // the session's lease and ordered by create revision. The first key holds
 // the lock; each waiter watches only its immediate predecessor, so one
 // release wakes one waiter. The holder's fencing token is its key's create
@@ -57,7 +58,7 @@ func New(s *session.Session, name string, opts ...Option) (*Mutex, error) {
 	return &Mutex{
 		s:        s,
 		name:     name,
-		q:        queue.Queue{Client: s.Client(), Prefix: o.prefix + "/" + name + "/"},
+		q:        queue.Queue{Client: s.Client(), Prefix: queue.PrefixFor(o.prefix, name)},
 		opts:     o,
 		unlocked: fmt.Errorf("lock %q: %w", name, ErrUnlocked),
 	}, nil
@@ -66,7 +67,9 @@ func New(s *session.Session, name string, opts ...Option) (*Mutex, error) {
 // Name returns the lock's name.
 func (m *Mutex) Name() string { return m.name }
 
-// Prefix returns the etcd key prefix of the lock's queue (ends with "/").
+// Prefix returns the etcd key prefix of the lock's queue: "<prefix>/<name>/"
+// with each "/" in the name written "%2F", so that the queue of "a" does
+// not range over the keys of "a/b".
 func (m *Mutex) Prefix() string { return m.q.Prefix }
 
 // Capabilities reports the etcd Mutex's guarantees.

@@ -182,3 +182,25 @@ func waitPuts(t *testing.T, w clientv3.WatchChan, n int) {
 		n -= len(wr.Events)
 	}
 }
+
+// Names may nest ("a", "a/b"): each is its own lock. With the name put in
+// the key unescaped, the queue of "a" would range over the keys of "a/b",
+// and "a" would look held while only "a/b" is.
+func TestNestedNamesAreIndependent(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	s := newSession(t, cli)
+	ctx := ctxFor(t)
+	names := []string{"a/b", "a", "a/b/c", "a.b"}
+	var held []lock.Held
+	for _, name := range names {
+		h, err := newMutex(t, s, name).TryLock(ctx)
+		require.NoError(t, err, "%q must be free while %v are held", name, names[:len(held)])
+		held = append(held, h)
+	}
+	for i, name := range names {
+		m := newMutex(t, s, name)
+		assert.Equal(t, int64(1), keyCount(t, cli, m.Prefix()), "%q's queue holds only its own key", name)
+		require.NoError(t, held[i].Unlock(ctx))
+	}
+}

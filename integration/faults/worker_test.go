@@ -42,7 +42,9 @@ type contention struct {
 	tokens []uint64      // in grant order (appended inside the section)
 	notify chan struct{} // closed and replaced at every grant
 
-	steps sync.Map // worker id → what it is doing and since when
+	steps   sync.Map // worker id → what it is doing and since when
+	clients sync.Map // worker id → its client, to inspect a stall
+	lastErr sync.Map // worker id → its last error and when
 }
 
 // phaseBound bounds one waitGrants: a phase takes seconds, so a phase
@@ -84,7 +86,7 @@ func (c *contention) waitGrants(ctx context.Context, n int) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("%d grants of %d: %w; workers: %s; goroutines: %s", got, n, ctx.Err(), c.where(), c.dumpGoroutines())
+			return fmt.Errorf("%d grants of %d: %w; workers: %s; etcd: %s; goroutines: %s", got, n, ctx.Err(), c.where(), c.etcdState(), c.dumpGoroutines())
 		}
 	}
 }
@@ -98,11 +100,47 @@ func (c *contention) step(id int, what string) {
 func (c *contention) where() string {
 	var ws []string
 	c.steps.Range(func(id, what any) bool {
-		ws = append(ws, fmt.Sprintf("%d: %s", id, what))
+		last, _ := c.lastErr.Load(id)
+		ws = append(ws, fmt.Sprintf("%d: %s (last error: %v)", id, what, last))
 		return true
 	})
 	slices.Sort(ws)
 	return strings.Join(ws, "; ")
+}
+
+// etcdState describes, for a stalled phase, each member's revision and
+// leader and the lock's queue: every key with its create revision, lease
+// and the lease's remaining TTL.
+func (c *contention) etcdState() string {
+	var cli *clientv3.Client
+	c.clients.Range(func(_, v any) bool { cli = v.(*clientv3.Client); return false })
+	if cli == nil {
+		return "no client"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, ep := range cli.Endpoints() {
+		st, err := cli.Status(ctx, ep)
+		if err != nil {
+			fmt.Fprintf(&b, "[%s: %v] ", ep, err)
+			continue
+		}
+		fmt.Fprintf(&b, "[%s: member %x rev %d leader %x] ", ep, st.Header.MemberId, st.Header.Revision, st.Leader)
+	}
+	resp, err := cli.Get(ctx, lock.DefaultPrefix+"/"+c.name+"/", clientv3.WithPrefix())
+	if err != nil {
+		return b.String() + err.Error()
+	}
+	fmt.Fprintf(&b, "queue at rev %d:", resp.Header.Revision)
+	for _, kv := range resp.Kvs {
+		ttl := int64(-1)
+		if l, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil {
+			ttl = l.TTL
+		}
+		fmt.Fprintf(&b, " %s (rev %d, lease %x ttl %d)", kv.Key, kv.CreateRevision, kv.Lease, ttl)
+	}
+	return b.String()
 }
 
 // dumpGoroutines writes every goroutine's stack to the artifact
@@ -122,6 +160,7 @@ func (c *contention) dumpGoroutines() string {
 
 // run is worker id's loop on client cli until stop closes or ctx ends.
 func (c *contention) run(ctx context.Context, id int, cli *clientv3.Client, stop <-chan struct{}, hold func()) {
+	c.clients.Store(id, cli)
 	var s *session.Session
 	defer func() {
 		c.step(id, "exited")
@@ -163,13 +202,14 @@ func (c *contention) run(ctx context.Context, id int, cli *clientv3.Client, stop
 			c.logf("worker %d: %v", id, err)
 			return
 		}
-		c.step(id, "lock")
+		c.step(id, fmt.Sprintf("lock (lease %x)", int64(s.Lease())))
 		call := c.mutexes.Now()
 		lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		h, err := m.Lock(lctx)
 		cancel()
 		if err != nil {
-			c.step(id, "backoff after "+err.Error())
+			c.step(id, "backoff")
+			c.lastErr.Store(id, err.Error()+" at "+time.Now().Format("15:04:05.000"))
 			c.errs.Add(1)
 			backoff(ctx)
 			if strings.Contains(err.Error(), "removing key") {

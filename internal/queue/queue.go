@@ -7,6 +7,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -16,6 +17,15 @@ import (
 // CleanupTimeout bounds the detached delete that removes an entry after a
 // cancelled or failed acquire.
 const CleanupTimeout = 5 * time.Second
+
+// PrefixFor returns the queue prefix of the lock or election name under
+// root: root + "/" + name + "/", with every "/" in name written "%2F". Names
+// may contain "/" ("billing/invoice-7") and never "%", so no queue's prefix
+// is a prefix of another's: unescaped, the queue of "a" would range over
+// the keys of "a/b" too.
+func PrefixFor(root, name string) string {
+	return root + "/" + strings.ReplaceAll(name, "/", "%2F") + "/"
+}
 
 // Queue is a prefix of ordered keys. Prefix ends with "/".
 type Queue struct {

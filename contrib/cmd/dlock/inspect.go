@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -70,9 +71,9 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if err := conn.resolve(fs); err != nil {
 		return err
 	}
-	prefix := conn.lockPrefix() + "/" + name + "/"
+	prefix := queue.PrefixFor(conn.lockPrefix(), name)
 	if *isElection {
-		prefix = conn.electionPrefix() + "/" + name + "/"
+		prefix = queue.PrefixFor(conn.electionPrefix(), name)
 	}
 	cli, err := conn.connect(ctx)
 	if err != nil {

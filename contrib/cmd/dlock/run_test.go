@@ -42,7 +42,7 @@ func TestRunPassesTokenAndExitCode(t *testing.T) {
 	tok2, err := fence.ParseToken(strings.TrimSpace(r2.stdout))
 	require.NoError(t, err)
 	assert.Greater(t, tok2.Seq, tok.Seq)
-	resp, err := cli.Get(t.Context(), "dlock/lock/jobs/nightly/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := cli.Get(t.Context(), "dlock/lock/jobs%2Fnightly/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
 	assert.Zero(t, resp.Count, "the lock's keys are deleted after run")
 }
@@ -66,7 +66,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 		p := start(t, "run", "--lock", "lost/term", "--endpoints", c.Endpoints()[0], "--",
 			"sh", "-c", trapTERM(0))
 		p.waitLine(t, "ready")
-		revokeHolder(t, cli, "dlock/lock/lost/term/")
+		revokeHolder(t, cli, "dlock/lock/lost%2Fterm/")
 		code, rest := p.wait(t, 15*time.Second)
 		assert.Equal(t, exitLockLost, code, "stderr: %s", p.stderr)
 		assert.Contains(t, rest, "got TERM")
@@ -78,7 +78,7 @@ func TestRunKillsChildWhenLockLost(t *testing.T) {
 			"sh", "-c", `trap '' TERM; sleep 60 & echo ready; wait; echo survived`)
 		p.waitLine(t, "ready")
 		revoked := time.Now()
-		revokeHolder(t, cli, "dlock/lock/lost/kill/")
+		revokeHolder(t, cli, "dlock/lock/lost%2Fkill/")
 		code, rest := p.wait(t, 15*time.Second)
 		assert.Equal(t, exitLockLost, code, "stderr: %s", p.stderr)
 		assert.NotContains(t, rest, "survived")
