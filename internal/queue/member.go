@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -30,7 +31,46 @@ type slotPool struct {
 	mu        sync.Mutex
 	free      []uint64
 	next      uint64
-	leftovers map[string]bool // keys whose removal failed; their names are retired
+	leftovers map[string]bool  // keys whose removal failed; their names are retired
+	epochs    map[string]epoch // queue prefix → the session's epoch there
+}
+
+// epoch is the session's epoch for one queue (see Late writes): the mod
+// revision its enqueues compare the epoch key with (0: no key), and
+// whether a cleanup failed to move it.
+type epoch struct {
+	rev   int64
+	dirty bool
+}
+
+// epoch returns the session's epoch for the queue with prefix.
+func (p *slotPool) epoch(prefix string) (int64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.epochs[prefix]
+	return e.rev, e.dirty
+}
+
+// setEpoch records the epoch key's mod revision rev (kept if older than
+// the one recorded, unless it is 0: the key is gone) and dirtiness, and
+// returns the revision recorded.
+func (p *slotPool) setEpoch(prefix string, rev int64, dirty bool) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.epochs == nil {
+		p.epochs = make(map[string]epoch)
+	}
+	e := p.epochs[prefix]
+	if dirty {
+		e.dirty = true
+	} else {
+		if rev > e.rev || rev == 0 {
+			e.rev = rev
+		}
+		e.dirty = false
+	}
+	p.epochs[prefix] = e
+	return e.rev
 }
 
 // retire records key, whose removal failed, as a leftover: its name is
@@ -125,48 +165,123 @@ type Ticket struct {
 	slot uint64
 }
 
-// errNameTaken: the slot's key name exists (an entry whose removal failed
-// and which will go with the lease); the slot is retired.
-var errNameTaken = errors.New("key name taken")
+// errNoProgress: every try of a Join or TryJoin lost a race (the epoch
+// moved, a stray key of the session held the name).
+var errNoProgress = errors.New("no progress")
 
 func (q Queue) ticket(p *slotPool) Ticket {
 	slot := p.get()
 	return Ticket{Entry: Entry{Key: q.Prefix + p.lease + strconv.FormatUint(slot, 10)}, pool: p, slot: slot}
 }
 
-// maxNameTries bounds the retries over slots whose names are taken.
-const maxNameTries = 8
+// maxTries bounds the tries of one Join or TryJoin.
+const maxTries = 8
+
+// Late writes.
+//
+// A request that failed with an unknown outcome (a timeout; a member that
+// was paused with the request in hand forwards it when it resumes) can
+// still be applied after the acquire gave up and deleted its key. An
+// enqueue applied that late would leave an entry bound to the still-live
+// session that nobody waits on: it would hold the queue for every client
+// until the session ends. So every enqueue also compares the mod revision
+// of the session's epoch key for the queue (epochKey), and the cleanup
+// after an unknown outcome puts that key and deletes the entry in one
+// transaction: an enqueue applied before the cleanup is deleted by it, one
+// applied after fails its compare. If that cleanup fails too, the queue is
+// marked dirty and the session's next enqueue moves the epoch first.
+
+// epochKey is the session's epoch key for q: beside the queue's prefix,
+// never inside any queue's (names never contain "%").
+func (q Queue) epochKey(p *slotPool) string {
+	return strings.TrimSuffix(q.Prefix, "/") + "%epoch/" + strings.TrimSuffix(p.lease, "-")
+}
+
+// prepare moves the epoch if an earlier cleanup could not, then deletes
+// leftover keys; it returns the epoch to compare with.
+func (q Queue) prepare(ctx context.Context, s *session.Session, p *slotPool) (int64, error) {
+	epoch, dirty := p.epoch(q.Prefix)
+	if dirty {
+		resp, err := q.Client.Put(ctx, q.epochKey(p), "", clientv3.WithLease(s.Lease()))
+		if err != nil {
+			return 0, fmt.Errorf("moving the epoch of queue %s: %w", q.Prefix, err)
+		}
+		epoch = p.setEpoch(q.Prefix, resp.Header.Revision, false)
+	}
+	return epoch, p.sweep(ctx, q.Client)
+}
 
 // Join creates an entry holding val at the end of the queue, bound to s's
 // lease, and returns it with its predecessor at that moment (nil: the entry
 // is first), in one round trip. On error nothing is left behind (the key
-// is removed with a detached, bounded context).
+// is removed with a detached, bounded context, and an enqueue applied
+// later is void: see Late writes).
 func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket, *mvccpb.KeyValue, error) {
 	p := poolFor(s)
-	if err := p.sweep(ctx, q.Client); err != nil {
-		return Ticket{}, nil, err
-	}
-	for range maxNameTries {
-		t := q.ticket(p)
+	t := q.ticket(p)
+	ek := q.epochKey(p)
+	for range maxTries {
+		epoch, err := q.prepare(ctx, s, p)
+		if err != nil {
+			p.put(t.slot)
+			return Ticket{}, nil, err
+		}
 		resp, err := q.Client.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(t.Key), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(ek), "=", epoch),
 		).Then(
 			clientv3.OpGet(q.Prefix, clientv3.WithLastCreate()...),
 			clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
+		).Else(
+			clientv3.OpGet(ek, clientv3.WithKeysOnly()),
+			clientv3.OpGet(t.Key, clientv3.WithKeysOnly()),
 		).Commit()
 		if err != nil {
-			return Ticket{}, nil, q.AbandonAfter(ctx, s, t, err)
+			return Ticket{}, nil, q.abandonUnknown(ctx, s, t, err)
 		}
-		if !resp.Succeeded {
-			continue // retire the slot: its name belongs to a leftover entry
+		if resp.Succeeded {
+			t.Rev = resp.Header.Revision
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				return t, kvs[0], nil
+			}
+			return t, nil, nil
 		}
-		t.Rev = resp.Header.Revision
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			return t, kvs[0], nil
+		if err := q.lostRace(ctx, p, t, epoch, resp); err != nil {
+			return Ticket{}, nil, err
 		}
-		return t, nil, nil
 	}
-	return Ticket{}, nil, fmt.Errorf("queue %s: %d key names of lease %x taken: %w", q.Prefix, maxNameTries, int64(s.Lease()), errNameTaken)
+	p.put(t.slot)
+	return Ticket{}, nil, fmt.Errorf("queue %s: join: %d tries: %w", q.Prefix, maxTries, errNoProgress)
+}
+
+// lostRace handles a failed compare of an enqueue whose Else branch read
+// the epoch key and the ticket's key. It adopts a moved epoch, and deletes
+// a key under the ticket's name (the session's own, left by a write that
+// was applied late or retried by the client: nobody else uses the name),
+// guarded by its create revision. The caller tries again.
+func (q Queue) lostRace(ctx context.Context, p *slotPool, t Ticket, epoch int64, resp *clientv3.TxnResponse) error {
+	q.adoptEpoch(p, epoch, resp.Responses[0].GetResponseRange().Kvs)
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		if _, err := q.Remove(ctx, Entry{Key: t.Key, Rev: kvs[0].CreateRevision}); err != nil {
+			p.retire(t.Key)
+			return fmt.Errorf("queue %s: removing stray key %q: %w", q.Prefix, t.Key, err)
+		}
+	}
+	return nil
+}
+
+// adoptEpoch records the epoch key as read (kvs), if it moved from epoch;
+// it reports whether it had.
+func (q Queue) adoptEpoch(p *slotPool, epoch int64, kvs []*mvccpb.KeyValue) bool {
+	rev := int64(0)
+	if len(kvs) > 0 {
+		rev = kvs[0].ModRevision
+	}
+	if rev == epoch {
+		return false
+	}
+	p.setEpoch(q.Prefix, rev, false)
+	return true
 }
 
 // TryJoin creates an entry only if the queue is empty, in one round trip
@@ -174,29 +289,69 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 // it returns ok=false, creates nothing, and holder is the first entry.
 func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t Ticket, holder *mvccpb.KeyValue, ok bool, err error) {
 	p := poolFor(s)
-	if err := p.sweep(ctx, q.Client); err != nil {
-		return Ticket{}, nil, false, err
-	}
 	t = q.ticket(p)
-	resp, err := q.Client.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(q.Prefix), "=", 0).WithPrefix(),
-	).Then(
-		clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
-	).Else(
-		clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...),
-	).Commit()
-	if err != nil {
-		return Ticket{}, nil, false, q.AbandonAfter(ctx, s, t, err)
-	}
-	if !resp.Succeeded {
-		t.pool.put(t.slot)
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			holder = kvs[0]
+	ek := q.epochKey(p)
+	for range maxTries {
+		epoch, err := q.prepare(ctx, s, p)
+		if err != nil {
+			p.put(t.slot)
+			return Ticket{}, nil, false, err
 		}
-		return Ticket{}, holder, false, nil
+		resp, err := q.Client.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(q.Prefix), "=", 0).WithPrefix(),
+			clientv3.Compare(clientv3.ModRevision(ek), "=", epoch),
+		).Then(
+			clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
+		).Else(
+			clientv3.OpGet(ek, clientv3.WithKeysOnly()),
+			clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...),
+		).Commit()
+		if err != nil {
+			return Ticket{}, nil, false, q.abandonUnknown(ctx, s, t, err)
+		}
+		if resp.Succeeded {
+			t.Rev = resp.Header.Revision
+			return t, nil, true, nil
+		}
+		if !q.adoptEpoch(p, epoch, resp.Responses[0].GetResponseRange().Kvs) {
+			// The epoch held: the queue is not empty.
+			p.put(t.slot)
+			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+				holder = kvs[0]
+			}
+			return Ticket{}, holder, false, nil
+		}
 	}
-	t.Rev = resp.Header.Revision
-	return t, nil, true, nil
+	p.put(t.slot)
+	return Ticket{}, nil, false, fmt.Errorf("queue %s: try join: %d tries: %w", q.Prefix, maxTries, errNoProgress)
+}
+
+// abandonUnknown abandons t after its enqueue failed with err, an unknown
+// outcome: in one transaction it moves the epoch (an enqueue applied later
+// fails its compare) and deletes t's key (in case it was applied already),
+// with a context detached from ctx and bounded by CleanupTimeout. If that
+// fails, the key is a leftover and the queue is dirty (see Late writes).
+// It returns err, with the cleanup's own failure appended.
+func (q Queue) abandonUnknown(ctx context.Context, s *session.Session, t Ticket, err error) error {
+	select {
+	case <-s.Done():
+		return err // the key, if any, goes with the lease; so does a late enqueue
+	default:
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	resp, cerr := q.Client.Txn(cctx).Then(
+		clientv3.OpPut(q.epochKey(t.pool), "", clientv3.WithLease(s.Lease())),
+		clientv3.OpDelete(t.Key),
+	).Commit()
+	if cerr != nil {
+		t.pool.setEpoch(q.Prefix, 0, true)
+		t.pool.retire(t.Key)
+		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, cerr)
+	}
+	t.pool.setEpoch(q.Prefix, resp.Header.Revision, false)
+	t.pool.put(t.slot)
+	return err
 }
 
 // AbandonAfter abandons t after the failure err and returns err, with the

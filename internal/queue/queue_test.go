@@ -61,9 +61,11 @@ func TestKeyNamesReused(t *testing.T) {
 	}
 }
 
-// A name whose key still exists (a leftover whose removal failed) is
-// retired, never taken over.
-func TestTakenNameRetired(t *testing.T) {
+// A key under a free name of the session is the session's own stray (an
+// enqueue applied late, or sent again by the client after it was
+// applied): nobody waits on it, so the next Join removes it, guarded by its
+// create revision, instead of queueing behind it until the lease ends.
+func TestStrayKeyRemoved(t *testing.T) {
 	ctx, cli, s, q := setup(t)
 	a, _, err := q.Join(ctx, s, "a")
 	require.NoError(t, err)
@@ -71,16 +73,17 @@ func TestTakenNameRetired(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, deleted)
 	// Recreate the freed name behind the queue's back.
-	_, err = cli.Put(ctx, a.Key, "leftover", clientv3.WithLease(s.Lease()))
+	stray, err := cli.Put(ctx, a.Key, "stray", clientv3.WithLease(s.Lease()))
 	require.NoError(t, err)
 	b, pred, err := q.Join(ctx, s, "b")
 	require.NoError(t, err)
-	assert.NotEqual(t, a.Key, b.Key)
-	require.NotNil(t, pred, "the leftover is in the queue, ahead of b")
-	resp, err := cli.Get(ctx, a.Key)
+	assert.Equal(t, a.Key, b.Key, "the name is used again")
+	assert.Nil(t, pred, "b is not queued behind the stray")
+	assert.Greater(t, b.Rev, stray.Header.Revision)
+	resp, err := cli.Get(ctx, q.Prefix, clientv3.WithPrefix())
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 1)
-	assert.Equal(t, "leftover", string(resp.Kvs[0].Value), "the leftover was not overwritten")
+	assert.Equal(t, "b", string(resp.Kvs[0].Value))
 }
 
 // A key whose cleanup failed does not keep its own session queued behind
