@@ -1,6 +1,7 @@
 // Package election is leader election on etcd, built on the same ordered
 // queue of keys as package lock: each candidate puts a key under
-// "<prefix>/<name>/", bound to its session's lease; keys are ordered by
+// "<prefix>/<name>/" (a "/" in the name written "%2F"), bound to its
+// session's lease; keys are ordered by
 // create revision; the first key is the leader and every other candidate
 // watches only its immediate predecessor.
 //

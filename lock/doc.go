@@ -39,7 +39,13 @@
 //
 //   - Lock returns an error, and removes its key, on etcd errors as well as
 //     when ctx ends; retry in the caller if waiting through an outage is
-//     wanted.
+//     wanted. An enqueue whose outcome was unknown (a timeout) and that etcd
+//     applies after Lock gave up leaves no key either: every enqueue
+//     compares the session's epoch key for the lock
+//     ("<prefix>/<name>%epoch/<lease>", bound to the lease), which that
+//     cleanup moves.
+//     A key of the session's own under a name it is about to use (an
+//     enqueue that etcd's client sent twice) is deleted, not queued behind.
 //   - Every Lock or TryLock call is an independent grant, even on one Mutex
 //     or one session (unlike etcd's concurrency.Mutex, whose two Mutexes on
 //     one session both "hold" the lock).
