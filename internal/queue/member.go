@@ -232,9 +232,6 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 		).Then(
 			clientv3.OpGet(q.Prefix, clientv3.WithLastCreate()...),
 			clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
-		).Else(
-			clientv3.OpGet(ek, clientv3.WithKeysOnly()),
-			clientv3.OpGet(t.Key, clientv3.WithKeysOnly()),
 		).Commit()
 		if err != nil {
 			return Ticket{}, nil, q.abandonUnknown(ctx, s, t, err)
@@ -246,6 +243,15 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 			}
 			return t, nil, nil
 		}
+		// Rare: read why in a second request rather than carry an Else
+		// branch in every enqueue.
+		if resp, err = q.Client.Txn(ctx).Then(
+			clientv3.OpGet(ek, clientv3.WithKeysOnly()),
+			clientv3.OpGet(t.Key, clientv3.WithKeysOnly()),
+		).Commit(); err != nil {
+			p.put(t.slot)
+			return Ticket{}, nil, err
+		}
 		if err := q.lostRace(ctx, p, t, epoch, resp); err != nil {
 			return Ticket{}, nil, err
 		}
@@ -254,7 +260,7 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 	return Ticket{}, nil, fmt.Errorf("queue %s: join: %d tries: %w", q.Prefix, maxTries, errNoProgress)
 }
 
-// lostRace handles a failed compare of an enqueue whose Else branch read
+// lostRace handles a failed compare of an enqueue, given a read (resp) of
 // the epoch key and the ticket's key. It adopts a moved epoch, and deletes
 // a key under the ticket's name (the session's own, left by a write that
 // was applied late or retried by the client: nobody else uses the name),
