@@ -6,11 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,7 +80,9 @@ func (g *brokenGuard) Admit(ctx context.Context, t fence.Token) error {
 	h := g.marks[key]
 	if g.fault == "checks, then sets, not atomically" {
 		g.mu.Unlock()
-		runtime.Gosched()
+		// A window wide enough that other admits run in it on any machine
+		// (a Gosched alone let a CI run interleave nothing).
+		time.Sleep(50 * time.Microsecond)
 		g.mu.Lock()
 	}
 	defer g.mu.Unlock()
