@@ -87,28 +87,34 @@ func TestNoThunderingHerd(t *testing.T) {
 		assert.Equal(t, 1, before[i], "waiter %d: one request to enqueue", i)
 	}
 	require.NoError(t, h.Unlock(ctx))
-	var prev = -1
+	atGrant := map[int]int{} // requests of each granted waiter when granted
+	fallbacks := 0
 	for range waiters {
 		id := <-granted
 		now := rc.snapshot()
-		// Only the granted waiter (and the previous one, unlocking) issued
-		// requests since everyone enqueued.
+		// The granted waiter read the queue once after its predecessor's
+		// deletion: serializably, and again linearizably only if that read
+		// ran behind the deletion (etcd sends the watch event a moment
+		// before the store's revision moves).
+		if assert.Contains(t, []int{2, 3}, now[id], "waiter %d's requests when granted", id) && now[id] == 3 {
+			fallbacks++
+		}
+		atGrant[id] = now[id]
+		// Nobody else issued requests since everyone enqueued, but the
+		// earlier holders' one Unlock each.
 		for j := range waiters {
 			want := 1
-			switch {
-			case j == id:
-				want = 2
-			case j == prev:
-				want = 3
-			case now[j] > 1: // granted and released earlier
-				want = 3
+			if g, ok := atGrant[j]; ok && j != id {
+				want = g + 1
 			}
-			assert.Equal(t, want, now[j], "after granting %d: waiter %d's requests", id, j)
+			if j != id {
+				assert.Equal(t, want, now[j], "after granting %d: waiter %d's requests", id, j)
+			}
 		}
-		prev = id
 		release <- struct{}{}
 	}
 	wg.Wait()
+	t.Logf("%d of %d grants read the queue a second time", fallbacks, waiters)
 }
 
 // A stale or retried Unlock never deletes the next holder's key.

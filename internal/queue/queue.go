@@ -82,10 +82,11 @@ func (q Queue) Wait(ctx context.Context, e Entry, pred *mvccpb.KeyValue, fromRev
 // new key gets a later revision), so an earlier entry that exists now
 // existed at r too, and "no predecessor at r" means none now; and e's own
 // key, if present at r, may be deleted just after the read either way,
-// which the hold's watch and the session's deadline report. A member
-// behind delRev (the client may read from another member than the one
-// that sent the event) would not show e, so then, and when the watch broke
-// without an event (delRev = 0), the read is linearizable.
+// which the hold's watch and the session's deadline report. A read below
+// delRev (from another member than the one that sent the event, or a
+// moment before the store's revision moves: etcd sends watch events just
+// before) is repeated linearizably, as is the read when the watch broke
+// without an event (delRev = 0).
 func (q Queue) check(ctx context.Context, e Entry, delRev int64) (pred *mvccpb.KeyValue, rev int64, err error) {
 	var resp *clientv3.GetResponse
 	for _, serializable := range []bool{delRev > 0, false} {
