@@ -136,24 +136,30 @@ func TestLostEnqueueResponseLeavesNoKey(t *testing.T) {
 		{"request timed out", rpctypes.ErrGRPCTimeout, false},
 		{"retried by the client", status.Error(codes.DeadlineExceeded, "response lost"), true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := etcdtest.New(t)
-			a := &appliedThenFailed{armed: true, err: tc.err}
-			cfg := c.Config()
-			cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(a.intercept)}
-			cli := etcdtest.NewClient(t, cfg)
-			m := newMutex(t, newSession(t, cli), "lost")
-			ctx := ctxFor(t)
-			h, err := m.Lock(ctx)
-			if !tc.granted {
-				require.Error(t, err)
-				assert.Zero(t, keyCount(t, cli, m.Prefix()), "the applied enqueue was left behind")
-				h, err = m.Lock(ctx)
-			}
-			require.NoError(t, err)
-			assert.Equal(t, int64(1), keyCount(t, cli, m.Prefix()), "only the grant's own key")
-			require.NoError(t, h.Unlock(ctx))
-			assert.Zero(t, keyCount(t, cli, m.Prefix()))
-		})
+		for _, try := range []bool{false, true} {
+			t.Run(tc.name+map[bool]string{false: "/Lock", true: "/TryLock"}[try], func(t *testing.T) {
+				c := etcdtest.New(t)
+				a := &appliedThenFailed{armed: true, err: tc.err}
+				cfg := c.Config()
+				cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(a.intercept)}
+				cli := etcdtest.NewClient(t, cfg)
+				m := newMutex(t, newSession(t, cli), "lost")
+				ctx := ctxFor(t)
+				acquire := m.Lock
+				if try {
+					acquire = m.TryLock
+				}
+				h, err := acquire(ctx)
+				if !tc.granted {
+					require.Error(t, err)
+					assert.Zero(t, keyCount(t, cli, m.Prefix()), "the applied enqueue was left behind")
+					h, err = m.Lock(ctx)
+				}
+				require.NoError(t, err)
+				assert.Equal(t, int64(1), keyCount(t, cli, m.Prefix()), "only the grant's own key")
+				require.NoError(t, h.Unlock(ctx))
+				assert.Zero(t, keyCount(t, cli, m.Prefix()))
+			})
+		}
 	}
 }

@@ -310,6 +310,7 @@ func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t T
 			clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
 		).Else(
 			clientv3.OpGet(ek, clientv3.WithKeysOnly()),
+			clientv3.OpGet(t.Key, clientv3.WithKeysOnly()),
 			clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...),
 		).Commit()
 		if err != nil {
@@ -319,13 +320,17 @@ func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t T
 			t.Rev = resp.Header.Revision
 			return t, nil, true, nil
 		}
-		if !q.adoptEpoch(p, epoch, resp.Responses[0].GetResponseRange().Kvs) {
-			// The epoch held: the queue is not empty.
+		stray := len(resp.Responses[1].GetResponseRange().Kvs) > 0
+		if !stray && !q.adoptEpoch(p, epoch, resp.Responses[0].GetResponseRange().Kvs) {
+			// The epoch held and the queue holds another entry.
 			p.put(t.slot)
-			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
 				holder = kvs[0]
 			}
 			return Ticket{}, holder, false, nil
+		}
+		if err := q.lostRace(ctx, p, t, epoch, resp); err != nil {
+			return Ticket{}, nil, false, err
 		}
 	}
 	p.put(t.slot)
