@@ -25,7 +25,8 @@ func defaultOptions() options {
 }
 
 // WithPrefix sets the etcd key prefix. Optional, defaults to DefaultPrefix.
-// It must be non-empty and must not end with "/".
+// It must be non-empty, must not end with "/" and must not contain "%"
+// (which escapes "/" in names and marks the session's epoch keys).
 func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
 func withReadHook(f func(rev int64)) Option { return func(o *options) { o.readHook = f } }
@@ -43,6 +44,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if strings.HasSuffix(o.prefix, "/") {
 		return o, fmt.Errorf("%w: prefix %q must not end with '/'", ErrInvalidOption, o.prefix)
+	}
+	if strings.Contains(o.prefix, "%") {
+		return o, fmt.Errorf("%w: prefix %q must not contain '%%'", ErrInvalidOption, o.prefix)
 	}
 	return o, nil
 }

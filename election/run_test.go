@@ -209,6 +209,7 @@ func TestRunBadConfig(t *testing.T) {
 		{"nil OnElected", func(c *election.Config) { c.OnElected = nil }, []error{election.ErrInvalidOption}, "OnElected"},
 		{"negative retry", func(c *election.Config) { c.RetryPeriod = -time.Second }, []error{election.ErrInvalidOption}, "RetryPeriod"},
 		{"bad prefix", func(c *election.Config) { c.Options = []election.Option{election.WithPrefix("p/")} }, []error{election.ErrInvalidOption}, "prefix"},
+		{"prefix with %", func(c *election.Config) { c.Options = []election.Option{election.WithPrefix("p%q")} }, []error{election.ErrInvalidOption}, "'%'"},
 		{"nil session option", func(c *election.Config) { c.SessionOptions = []session.Option{nil} }, []error{election.ErrInvalidOption}, "SessionOptions"},
 	} {
 		t.Run(tc.what, func(t *testing.T) {

@@ -24,7 +24,8 @@ func defaultOptions() options {
 }
 
 // WithPrefix sets the etcd key prefix. Optional, defaults to DefaultPrefix.
-// It must be non-empty and must not end with "/".
+// It must be non-empty, must not end with "/" and must not contain "%"
+// (which escapes "/" in names and marks the session's epoch keys).
 func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
 // WithOwner sets the value stored in the lock's key, shown by inspection
@@ -37,6 +38,9 @@ func (o *options) validate() error {
 	}
 	if strings.HasSuffix(o.prefix, "/") {
 		return fmt.Errorf("%w: prefix %q must not end with '/'", ErrInvalidOption, o.prefix)
+	}
+	if strings.Contains(o.prefix, "%") {
+		return fmt.Errorf("%w: prefix %q must not contain '%%'", ErrInvalidOption, o.prefix)
 	}
 	return nil
 }

@@ -319,6 +319,9 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorContains(t, err, "prefix")
 	_, err = lock.New(s, "x", lock.WithPrefix("p/"))
 	assert.ErrorContains(t, err, "prefix")
+	_, err = lock.New(s, "x", lock.WithPrefix("p%2Fq"))
+	assert.ErrorIs(t, err, lock.ErrInvalidOption)
+	assert.ErrorContains(t, err, "'%'")
 }
 
 // IsOwner makes an etcd write conditional on holding the lock.
