@@ -9,33 +9,52 @@ import (
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/lock"
 )
 
-// delayedWrite holds back the first enqueuing Txn (one with a put) after
-// it is armed: the caller gets DeadlineExceeded at once, and the request is
-// sent later by apply, as a member that was paused with the request in hand
-// would forward it after the client gave up.
-type delayedWrite struct {
+// enqueueFault fails the first enqueuing Txn (one with a put) after it is
+// armed with err. With hold, the request is not sent: apply sends it later,
+// as a member that was paused with the request in hand would forward it
+// after the client gave up. Without hold, it is applied first, as when
+// only the response is lost.
+type enqueueFault struct {
+	hold bool
+	err  error
+
 	mu      sync.Mutex
 	armed   bool
 	pending func(context.Context) error
 }
 
-func (d *delayedWrite) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	d.mu.Lock()
-	if tr, ok := req.(*pb.TxnRequest); ok && d.armed && hasPut(tr) {
-		d.armed = false
-		d.pending = func(ctx context.Context) error { return invoker(ctx, method, req, reply, cc, opts...) }
-		d.mu.Unlock()
-		return rpctypes.ErrGRPCTimeout // "etcdserver: request timed out": outcome unknown
+func (f *enqueueFault) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	f.mu.Lock()
+	tr, ok := req.(*pb.TxnRequest)
+	hit := ok && f.armed && hasPut(tr)
+	if hit {
+		f.armed = false
+		if f.hold {
+			f.pending = func(ctx context.Context) error { return invoker(ctx, method, req, reply, cc, opts...) }
+			f.mu.Unlock()
+			return f.err
+		}
 	}
-	d.mu.Unlock()
-	return invoker(ctx, method, req, reply, cc, opts...)
+	f.mu.Unlock()
+	if err := invoker(ctx, method, req, reply, cc, opts...); err != nil || !hit {
+		return err
+	}
+	return f.err
+}
+
+func (f *enqueueFault) arm() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.armed = true
 }
 
 func hasPut(tr *pb.TxnRequest) bool {
@@ -48,13 +67,29 @@ func hasPut(tr *pb.TxnRequest) bool {
 }
 
 // apply sends the held-back request.
-func (d *delayedWrite) apply(t *testing.T) {
+func (f *enqueueFault) apply(t *testing.T) {
 	t.Helper()
-	d.mu.Lock()
-	send := d.pending
-	d.mu.Unlock()
+	f.mu.Lock()
+	send := f.pending
+	f.mu.Unlock()
 	require.NotNil(t, send, "no request was held back")
 	require.NoError(t, send(ctxFor(t)))
+}
+
+// faultyMutex returns a Mutex called name on a session whose client goes
+// through f.
+func faultyMutex(t *testing.T, c *etcdtest.Cluster, f *enqueueFault, name string) (*clientv3.Client, *lock.Mutex) {
+	t.Helper()
+	cfg := c.Config()
+	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)}
+	cli := etcdtest.NewClient(t, cfg)
+	return cli, newMutex(t, newSession(t, cli), name)
+}
+
+// acquirers are Lock and TryLock, by name.
+var acquirers = map[string]func(*lock.Mutex) func(context.Context) (lock.Held, error){
+	"Lock":    func(m *lock.Mutex) func(context.Context) (lock.Held, error) { return m.Lock },
+	"TryLock": func(m *lock.Mutex) func(context.Context) (lock.Held, error) { return m.TryLock },
 }
 
 // An acquire whose enqueuing write failed with an unknown outcome (a
@@ -64,28 +99,18 @@ func (d *delayedWrite) apply(t *testing.T) {
 // block every other client until the session ends. Found by the container
 // scenario (a paused then resumed member stalled all workers).
 func TestLateEnqueueLeavesNoKey(t *testing.T) {
-	for _, try := range []bool{false, true} {
-		name := map[bool]string{false: "Lock", true: "TryLock"}[try]
+	for name, acquirer := range acquirers {
 		t.Run(name, func(t *testing.T) {
 			c := etcdtest.New(t)
-			d := &delayedWrite{}
-			cfg := c.Config()
-			cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(d.intercept)}
-			cli := etcdtest.NewClient(t, cfg)
-			s := newSession(t, cli)
-			m := newMutex(t, s, "late")
+			f := &enqueueFault{hold: true, err: rpctypes.ErrGRPCTimeout} // "request timed out": outcome unknown
+			cli, m := faultyMutex(t, c, f, "late")
 			ctx := ctxFor(t)
 
-			d.mu.Lock()
-			d.armed = true
-			d.mu.Unlock()
-			acquire := m.Lock
-			if try {
-				acquire = m.TryLock
-			}
+			f.arm()
+			acquire := acquirer(m)
 			_, err := acquire(ctx)
 			require.Error(t, err, "the enqueuing write was held back")
-			d.apply(t) // the write arrives after the acquire gave up
+			f.apply(t) // the write arrives after the acquire gave up
 
 			assert.Zero(t, keyCount(t, cli, m.Prefix()), "the late write left a key in the queue")
 			other := newMutex(t, newSession(t, c.Client(t)), "late")
@@ -102,27 +127,6 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 	}
 }
 
-// appliedThenFailed applies the first enqueuing Txn after it is armed and
-// then reports err to the caller, as when the response is lost.
-type appliedThenFailed struct {
-	mu    sync.Mutex
-	armed bool
-	err   error
-}
-
-func (a *appliedThenFailed) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	a.mu.Lock()
-	hit := false
-	if tr, ok := req.(*pb.TxnRequest); ok && a.armed && hasPut(tr) {
-		a.armed, hit = false, true
-	}
-	a.mu.Unlock()
-	if err := invoker(ctx, method, req, reply, cc, opts...); err != nil || !hit {
-		return err
-	}
-	return a.err
-}
-
 // An enqueue applied whose response is lost: with "request timed out" the
 // acquire fails and must delete the key; with DeadlineExceeded while the
 // caller's context lives, etcd's client itself sends the Txn again, which
@@ -136,19 +140,13 @@ func TestLostEnqueueResponseLeavesNoKey(t *testing.T) {
 		{"request timed out", rpctypes.ErrGRPCTimeout, false},
 		{"retried by the client", status.Error(codes.DeadlineExceeded, "response lost"), true},
 	} {
-		for _, try := range []bool{false, true} {
-			t.Run(tc.name+map[bool]string{false: "/Lock", true: "/TryLock"}[try], func(t *testing.T) {
+		for name, acquirer := range acquirers {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
 				c := etcdtest.New(t)
-				a := &appliedThenFailed{armed: true, err: tc.err}
-				cfg := c.Config()
-				cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(a.intercept)}
-				cli := etcdtest.NewClient(t, cfg)
-				m := newMutex(t, newSession(t, cli), "lost")
+				f := &enqueueFault{armed: true, err: tc.err}
+				cli, m := faultyMutex(t, c, f, "lost")
 				ctx := ctxFor(t)
-				acquire := m.Lock
-				if try {
-					acquire = m.TryLock
-				}
+				acquire := acquirer(m)
 				h, err := acquire(ctx)
 				if !tc.granted {
 					require.Error(t, err)

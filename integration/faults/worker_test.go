@@ -18,6 +18,7 @@ import (
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/integration/faults"
+	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
 )
@@ -128,7 +129,7 @@ func (c *contention) etcdState() string {
 		}
 		fmt.Fprintf(&b, "[%s: member %x rev %d leader %x] ", ep, st.Header.MemberId, st.Header.Revision, st.Leader)
 	}
-	resp, err := cli.Get(ctx, lock.DefaultPrefix+"/"+c.name+"/", clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, queue.PrefixFor(lock.DefaultPrefix, c.name), clientv3.WithPrefix())
 	if err != nil {
 		return b.String() + err.Error()
 	}

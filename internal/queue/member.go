@@ -51,24 +51,31 @@ func (p *slotPool) epoch(prefix string) (int64, bool) {
 	return e.rev, e.dirty
 }
 
-// setEpoch records the epoch key's mod revision rev (kept if older than
-// the one recorded, unless it is 0: the key is gone) and dirtiness, and
-// returns the revision recorded.
-func (p *slotPool) setEpoch(prefix string, rev int64, dirty bool) int64 {
+// setEpoch records that the epoch key was seen or put at mod revision rev
+// (0: the key is gone), which clears dirtiness; an older rev than the one
+// recorded is ignored. It returns the revision recorded.
+func (p *slotPool) setEpoch(prefix string, rev int64) int64 {
+	return p.updateEpoch(prefix, func(e *epoch) {
+		if rev > e.rev || rev == 0 {
+			e.rev = rev
+		}
+		e.dirty = false
+	})
+}
+
+// markDirty records that a cleanup could not move the epoch.
+func (p *slotPool) markDirty(prefix string) {
+	p.updateEpoch(prefix, func(e *epoch) { e.dirty = true })
+}
+
+func (p *slotPool) updateEpoch(prefix string, f func(*epoch)) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.epochs == nil {
 		p.epochs = make(map[string]epoch)
 	}
 	e := p.epochs[prefix]
-	if dirty {
-		e.dirty = true
-	} else {
-		if rev > e.rev || rev == 0 {
-			e.rev = rev
-		}
-		e.dirty = false
-	}
+	f(&e)
 	p.epochs[prefix] = e
 	return e.rev
 }
@@ -206,7 +213,7 @@ func (q Queue) prepare(ctx context.Context, s *session.Session, p *slotPool) (in
 		if err != nil {
 			return 0, fmt.Errorf("moving the epoch of queue %s: %w", q.Prefix, err)
 		}
-		epoch = p.setEpoch(q.Prefix, resp.Header.Revision, false)
+		epoch = p.setEpoch(q.Prefix, resp.Header.Revision)
 	}
 	return epoch, p.sweep(ctx, q.Client)
 }
@@ -234,7 +241,7 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 			clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())),
 		).Commit()
 		if err != nil {
-			return Ticket{}, nil, q.abandonUnknown(ctx, s, t, err)
+			return Ticket{}, nil, withCleanup(err, t, q.abandon(ctx, s, t, true))
 		}
 		if resp.Succeeded {
 			t.Rev = resp.Header.Revision
@@ -252,7 +259,7 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 			p.put(t.slot)
 			return Ticket{}, nil, err
 		}
-		if err := q.lostRace(ctx, p, t, epoch, resp); err != nil {
+		if err := q.lostRace(ctx, t, epoch, resp); err != nil {
 			return Ticket{}, nil, err
 		}
 	}
@@ -265,11 +272,11 @@ func (q Queue) Join(ctx context.Context, s *session.Session, val string) (Ticket
 // a key under the ticket's name (the session's own, left by a write that
 // was applied late or retried by the client: nobody else uses the name),
 // guarded by its create revision. The caller tries again.
-func (q Queue) lostRace(ctx context.Context, p *slotPool, t Ticket, epoch int64, resp *clientv3.TxnResponse) error {
-	q.adoptEpoch(p, epoch, resp.Responses[0].GetResponseRange().Kvs)
+func (q Queue) lostRace(ctx context.Context, t Ticket, epoch int64, resp *clientv3.TxnResponse) error {
+	q.adoptEpoch(t.pool, epoch, resp.Responses[0].GetResponseRange().Kvs)
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		if _, err := q.Remove(ctx, Entry{Key: t.Key, Rev: kvs[0].CreateRevision}); err != nil {
-			p.retire(t.Key)
+			t.pool.retire(t.Key)
 			return fmt.Errorf("queue %s: removing stray key %q: %w", q.Prefix, t.Key, err)
 		}
 	}
@@ -286,7 +293,7 @@ func (q Queue) adoptEpoch(p *slotPool, epoch int64, kvs []*mvccpb.KeyValue) bool
 	if rev == epoch {
 		return false
 	}
-	p.setEpoch(q.Prefix, rev, false)
+	p.setEpoch(q.Prefix, rev)
 	return true
 }
 
@@ -314,7 +321,7 @@ func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t T
 			clientv3.OpGet(q.Prefix, clientv3.WithFirstCreate()...),
 		).Commit()
 		if err != nil {
-			return Ticket{}, nil, false, q.abandonUnknown(ctx, s, t, err)
+			return Ticket{}, nil, false, withCleanup(err, t, q.abandon(ctx, s, t, true))
 		}
 		if resp.Succeeded {
 			t.Rev = resp.Header.Revision
@@ -329,7 +336,7 @@ func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t T
 			}
 			return Ticket{}, holder, false, nil
 		}
-		if err := q.lostRace(ctx, p, t, epoch, resp); err != nil {
+		if err := q.lostRace(ctx, t, epoch, resp); err != nil {
 			return Ticket{}, nil, false, err
 		}
 	}
@@ -337,39 +344,15 @@ func (q Queue) TryJoin(ctx context.Context, s *session.Session, val string) (t T
 	return Ticket{}, nil, false, fmt.Errorf("queue %s: try join: %d tries: %w", q.Prefix, maxTries, errNoProgress)
 }
 
-// abandonUnknown abandons t after its enqueue failed with err, an unknown
-// outcome: in one transaction it moves the epoch (an enqueue applied later
-// fails its compare) and deletes t's key (in case it was applied already),
-// with a context detached from ctx and bounded by CleanupTimeout. If that
-// fails, the key is a leftover and the queue is dirty (see Late writes).
-// It returns err, with the cleanup's own failure appended.
-func (q Queue) abandonUnknown(ctx context.Context, s *session.Session, t Ticket, err error) error {
-	select {
-	case <-s.Done():
-		return err // the key, if any, goes with the lease; so does a late enqueue
-	default:
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-	defer cancel()
-	resp, cerr := q.Client.Txn(cctx).Then(
-		clientv3.OpPut(q.epochKey(t.pool), "", clientv3.WithLease(s.Lease())),
-		clientv3.OpDelete(t.Key),
-	).Commit()
-	if cerr != nil {
-		t.pool.setEpoch(q.Prefix, 0, true)
-		t.pool.retire(t.Key)
-		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, cerr)
-	}
-	t.pool.setEpoch(q.Prefix, resp.Header.Revision, false)
-	t.pool.put(t.slot)
-	return err
-}
-
 // AbandonAfter abandons t after the failure err and returns err, with the
 // cleanup's own failure appended to the message if it failed.
 func (q Queue) AbandonAfter(ctx context.Context, s *session.Session, t Ticket, err error) error {
-	if aerr := q.Abandon(ctx, s, t); aerr != nil {
-		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, aerr)
+	return withCleanup(err, t, q.Abandon(ctx, s, t))
+}
+
+func withCleanup(err error, t Ticket, cerr error) error {
+	if cerr != nil {
+		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, cerr)
 	}
 	return err
 }
@@ -380,16 +363,38 @@ func (q Queue) AbandonAfter(ctx context.Context, s *session.Session, t Ticket, e
 // delete can only remove t's own entry. If the delete fails, the key is
 // kept as a leftover that the session's next Join or TryJoin deletes
 // first. If s has ended, Abandon does nothing: the key goes with the lease
-// (whose heartbeats have stopped), and etcd may well be unreachable.
+// (whose heartbeats have stopped), and etcd may well be unreachable; so
+// does a late enqueue.
 func (q Queue) Abandon(ctx context.Context, s *session.Session, t Ticket) error {
+	return q.abandon(ctx, s, t, false)
+}
+
+// abandon is Abandon; unknown says t's enqueue failed with an unknown
+// outcome, so that it may still be applied (see Late writes): the same
+// transaction then also moves the session's epoch for the queue, and if it
+// fails the queue is marked dirty.
+func (q Queue) abandon(ctx context.Context, s *session.Session, t Ticket, unknown bool) error {
 	select {
 	case <-s.Done():
 		return nil
 	default:
 	}
-	if err := q.Cleanup(ctx, t.Key); err != nil {
+	ops := []clientv3.Op{clientv3.OpDelete(t.Key)}
+	if unknown {
+		ops = append(ops, clientv3.OpPut(q.epochKey(t.pool), "", clientv3.WithLease(s.Lease())))
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	resp, err := q.Client.Txn(cctx).Then(ops...).Commit()
+	if err != nil {
+		if unknown {
+			t.pool.markDirty(q.Prefix)
+		}
 		t.pool.retire(t.Key) // the next Join retries; the lease's end removes it anyway
 		return err
+	}
+	if unknown {
+		t.pool.setEpoch(q.Prefix, resp.Header.Revision)
 	}
 	t.pool.put(t.slot)
 	return nil

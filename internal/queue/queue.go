@@ -154,17 +154,6 @@ func (q Queue) Remove(ctx context.Context, e Entry) (bool, error) {
 	return resp.Succeeded, nil
 }
 
-// Cleanup deletes key after a cancelled or failed acquire, with a context
-// detached from ctx and bounded by CleanupTimeout. The caller must own the
-// key's name (hold its Ticket), so that an unguarded delete can only remove
-// its own entry.
-func (q Queue) Cleanup(ctx context.Context, key string) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-	defer cancel()
-	_, err := q.Client.Delete(cctx, key)
-	return err
-}
-
 // Owned returns a Cmp that holds only while e's key exists with e's create
 // revision, for writes inside etcd conditional on e.
 func (e Entry) Owned() clientv3.Cmp {
