@@ -56,7 +56,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dlock: etcd: %w", err)
 		}
-		s, err := session.New(ctx, cli, session.WithTTL(cfg.TTL))
+		s, err := session.New(ctx, cli, cfg.sessionOptions()...)
 		if err != nil {
 			cli.Close()
 			return nil, fmt.Errorf("dlock: etcd %v: %w", cfg.Endpoints, err)
@@ -128,19 +128,11 @@ func (c *Client) Locker(name string) (lock.Locker, error) {
 	}
 	switch c.cfg.Backend {
 	case BackendEtcd:
-		return lock.New(c.sess, name, lock.WithPrefix(c.cfg.Prefix+"/lock"))
+		return lock.New(c.sess, name, c.cfg.lockOptions()...)
 	case BackendRedis:
-		return redis.New(c.rdb[0], name, c.redisOptions()...)
+		return redis.New(c.rdb[0], name, c.cfg.redisOptions()...)
 	default:
-		return redis.NewRedlock(c.rdb, name, c.redisOptions()...)
-	}
-}
-
-func (c *Client) redisOptions() []redis.Option {
-	return []redis.Option{
-		redis.WithTTL(c.cfg.TTL),
-		redis.WithKeyPrefix(c.cfg.Prefix + ":"),
-		redis.WithAutoExtend(0),
+		return redis.NewRedlock(c.rdb, name, c.cfg.redisOptions()...)
 	}
 }
 

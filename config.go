@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/names"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/redis"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -57,6 +60,24 @@ type Config struct {
 	DB int
 }
 
+// The options each backend is built with, from one place, so that
+// Validate checks exactly what Open and Locker use.
+func (c Config) sessionOptions() []session.Option {
+	return []session.Option{session.WithTTL(c.TTL)}
+}
+
+func (c Config) lockOptions() []lock.Option {
+	return []lock.Option{lock.WithPrefix(c.Prefix + "/lock")}
+}
+
+func (c Config) redisOptions() []redis.Option {
+	return []redis.Option{
+		redis.WithTTL(c.TTL),
+		redis.WithKeyPrefix(c.Prefix + ":"),
+		redis.WithAutoExtend(0),
+	}
+}
+
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
@@ -101,17 +122,32 @@ func (c Config) Validate() error {
 	if c.TTL < 0 {
 		return bad("ttl %v must be positive", c.TTL)
 	}
-	if c.Backend == BackendEtcd && (c.TTL < session.MinTTL || c.TTL%time.Second != 0) {
-		return bad("ttl %v: etcd needs a whole number of seconds, at least %v", c.TTL, session.MinTTL)
-	}
 	if c.DialTimeout < 0 {
 		return bad("dial_timeout %v must be positive", c.DialTimeout)
 	}
 	if c.DB < 0 {
 		return bad("db %d must not be negative", c.DB)
 	}
-	if strings.ContainsAny(c.Prefix, "{} ") || strings.HasSuffix(c.Prefix, "/") {
-		return bad("prefix %q must not contain '{', '}' or spaces, nor end with '/'", c.Prefix)
+	// A prefix valid on every backend, so that switching the DSN's scheme
+	// keeps working; then what Open and Locker would refuse, by the
+	// backend's own rules.
+	err := names.EtcdPrefix(c.Prefix)
+	if err == nil {
+		err = names.RedisPrefix(c.Prefix)
+	}
+	switch {
+	case err != nil:
+	case c.Backend == BackendEtcd:
+		if err = session.ValidateOptions(c.sessionOptions()...); err == nil {
+			err = lock.ValidateOptions(c.lockOptions()...)
+		}
+	case c.Backend == BackendRedis:
+		err = redis.ValidateOptions(c.redisOptions()...)
+	default:
+		err = redis.ValidateRedlockOptions(c.redisOptions()...)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }

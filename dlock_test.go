@@ -35,23 +35,26 @@ func TestParseDSN(t *testing.T) {
 		assert.Equal(t, want, got, dsn)
 	}
 	bad := map[string]string{
-		"":                         "scheme",
-		"h1:2379":                  "scheme",
-		"zk://h":                   "scheme",
-		"etcd://":                  "hosts",
-		"etcd://h1,,h2":            "empty host",
-		"etcd://h?ttl=abc":         "ttl",
-		"etcd://h?ttl=-1s":         "ttl",
-		"etcd://h?ttl=1500ms":      "ttl",
-		"etcd://h?ttl=1s":          "ttl",
-		"etcd://h?colour=red":      "unknown parameter",
-		"redis://h1,h2":            "exactly one",
-		"redlock://h1,h2":          "at least 3",
-		"redis://h?db=x":           "db",
-		"redis://h:99999":          "port",
-		"redis://h:abc":            "port",
-		"etcd://h/{x}":             "prefix",
-		"etcd://h?dial_timeout=0s": "dial_timeout",
+		"":                          "scheme",
+		"h1:2379":                   "scheme",
+		"zk://h":                    "scheme",
+		"etcd://":                   "hosts",
+		"etcd://h1,,h2":             "empty host",
+		"etcd://h?ttl=abc":          "ttl",
+		"etcd://h?ttl=-1s":          "ttl",
+		"etcd://h?ttl=1500ms":       "ttl",
+		"etcd://h?ttl=1s":           "ttl",
+		"etcd://h?colour=red":       "unknown parameter",
+		"redis://h1,h2":             "exactly one",
+		"redlock://h1,h2":           "at least 3",
+		"redis://h?db=x":            "db",
+		"redis://h:99999":           "port",
+		"redis://h:abc":             "port",
+		"etcd://h/{x}":              "prefix",
+		"etcd://h/a%25b":            "prefix",
+		"redis://h?ttl=1ms":         "ttl",
+		"redlock://a,b,c?ttl=100ms": "node timeout",
+		"etcd://h?dial_timeout=0s":  "dial_timeout",
 	}
 	for dsn, field := range bad {
 		_, err := dlock.ParseDSN(dsn)
@@ -118,7 +121,7 @@ func TestSwitchBackends(t *testing.T) {
 				ran = true
 				_, err := l.TryLock(ctx)
 				assert.ErrorIs(t, err, lock.ErrLocked)
-				assert.Equal(t, lock.CapabilitiesOf(l).FencingTokens, h.Token().Seq != 0)
+				assert.Equal(t, l.Capabilities().FencingTokens, h.Token().Seq != 0)
 				return nil
 			}))
 			assert.True(t, ran)
@@ -130,7 +133,7 @@ func TestSwitchBackends(t *testing.T) {
 			assert.ErrorIs(t, err, dlock.ErrClosed)
 		})
 	}
-	assert.True(t, lock.CapabilitiesOf(mustLocker(t, etcd)).FencingTokens)
+	assert.True(t, mustLocker(t, etcd).Capabilities().FencingTokens)
 }
 
 func mustLocker(t *testing.T, etcd *etcdtest.Cluster) lock.Locker {

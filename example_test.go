@@ -56,7 +56,7 @@ func ExampleOpen() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%+v\n", lock.CapabilitiesOf(l))
+	fmt.Printf("%+v\n", l.Capabilities())
 	err = lock.Do(ctx, l, func(ctx context.Context, h lock.Held) error {
 		fmt.Println("holding", h.Token().Name)
 		return nil

@@ -44,17 +44,17 @@ func BenchmarkFailover(b *testing.B) {
 
 func failoverOurs(b *testing.B, c *etcdtest.Cluster, cli *clientv3.Client, name string) time.Duration {
 	b.Helper()
-	ctx := ctxFor(b)
+	ctx := etcdtest.Context(b)
 	pcli, p := c.ProxiedClient(b)
-	ls := newSession(b, pcli, session.WithTTL(benchTTL))
+	ls := etcdtest.Session(b, pcli, session.WithTTL(benchTTL))
 	b.Cleanup(p.Unblackhole) // before the session's Close
 	if _, err := newElection(b, ls, name).Campaign(ctx, "leader"); err != nil {
 		b.Fatal(err)
 	}
-	standby := newElection(b, newSession(b, cli, session.WithTTL(benchTTL)), name)
-	w := queuedWatch(b, cli, standby.Prefix())
+	standby := newElection(b, etcdtest.Session(b, cli, session.WithTTL(benchTTL)), name)
+	w := etcdtest.WatchPuts(b, cli, standby.Prefix())
 	ch := campaignAsync(ctx, standby, "standby")
-	waitPuts(b, w, 1)
+	etcdtest.WaitPuts(b, w, 1)
 
 	start := time.Now()
 	p.Blackhole()
@@ -71,7 +71,7 @@ func failoverOurs(b *testing.B, c *etcdtest.Cluster, cli *clientv3.Client, name 
 
 func failoverEtcd(b *testing.B, c *etcdtest.Cluster, cli *clientv3.Client, name string) time.Duration {
 	b.Helper()
-	ctx := ctxFor(b)
+	ctx := etcdtest.Context(b)
 	pfx := "/bench-etcd/" + name
 	pcli, p := c.ProxiedClient(b)
 	ls, err := concurrency.NewSession(pcli, concurrency.WithTTL(int(benchTTL/time.Second)))
@@ -88,10 +88,10 @@ func failoverEtcd(b *testing.B, c *etcdtest.Cluster, cli *clientv3.Client, name 
 	}
 	b.Cleanup(func() { ss.Close() })
 	standby := concurrency.NewElection(ss, pfx)
-	w := queuedWatch(b, cli, pfx+"/")
+	w := etcdtest.WatchPuts(b, cli, pfx+"/")
 	errc := make(chan error, 1)
 	go func() { errc <- standby.Campaign(ctx, "standby") }()
-	waitPuts(b, w, 1)
+	etcdtest.WaitPuts(b, w, 1)
 
 	start := time.Now()
 	p.Blackhole()

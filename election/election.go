@@ -2,13 +2,12 @@ package election
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock/internal/names"
 	"github.com/dlock-go/dlock/internal/queue"
-	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -30,7 +29,7 @@ func (l Leader) IsZero() bool { return l == Leader{} }
 type Election struct {
 	s    *session.Session
 	name string
-	q    queue.Queue
+	q    *queue.Queue
 	opts options
 }
 
@@ -49,18 +48,18 @@ func New(s *session.Session, name string, opts ...Option) (*Election, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Election{s: s, name: name, q: newQueue(s.Client(), o, name), opts: o}, nil
+	return newElection(s, name, o), nil
+}
+
+func newElection(s *session.Session, name string, o options) *Election {
+	return &Election{s: s, name: name, q: queue.New(s.Client(), o.prefix, name, queue.Exclusive), opts: o}
 }
 
 func validateName(name string) error {
-	if err := lock.ValidateName(name); err != nil {
-		return &nameError{err}
+	if err := names.Name(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidName, err)
 	}
 	return nil
-}
-
-func newQueue(cli *clientv3.Client, o options, name string) queue.Queue {
-	return queue.Queue{Client: cli, Prefix: queue.PrefixFor(o.prefix, name)}
 }
 
 // Name returns the election's name (the Name of its leaders' tokens).
@@ -69,83 +68,40 @@ func (el *Election) Name() string { return el.name }
 // Prefix returns the etcd key prefix of the election's candidates:
 // "<prefix>/<name>/" with each "/" in the name written "%2F" (see
 // lock.Mutex.Prefix).
-func (el *Election) Prefix() string { return el.q.Prefix }
+func (el *Election) Prefix() string { return el.q.Prefix() }
 
 // Campaign puts a candidate key holding value, bound to the session's
 // lease, and waits in create-revision order until it is the first key: then
 // it returns the leader's Term. Before reporting leadership it has read, in
-// the same round trip that found no predecessor left, that its own key
-// still exists (etcd issue #19597: concurrency.Election.Campaign can report
+// the same request that found no predecessor left, that its own key still
+// exists (etcd issue #19597: concurrency.Election.Campaign can report
 // leadership after its lease expired), and it checks that the session is
 // still live.
 //
 // On any error the candidate's key is deleted with a context detached from
-// ctx and bounded by queue.CleanupTimeout, so a failed Campaign leaves
-// nothing behind. When ctx ends, the error matches ctx.Err(). When the
-// session ends before or while campaigning, the error matches ErrSessionDone
-// and Campaign never returns a Term. When the key is deleted by someone
-// else while waiting, the error matches ErrKeyDeleted.
+// ctx and bounded by a few seconds, so a failed Campaign leaves nothing
+// behind. When ctx ends, the error matches ctx.Err(). When the session ends
+// before or while campaigning, the error matches ErrSessionDone and
+// Campaign never returns a Term. When the key is deleted by someone else
+// while waiting, the error matches ErrKeyDeleted.
 func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
-	if err := el.sessionErr(); err != nil {
-		return nil, err
-	}
-	// Every request and watch of the campaign stops when the session
-	// ends, even while etcd is unreachable.
-	bctx, cancel := queue.BindSession(ctx, el.s)
-	defer cancel()
-	t, pred, err := el.q.Join(bctx, el.s, value)
+	h, err := el.q.Acquire(ctx, el.s, value, false)
 	if err != nil {
-		return nil, el.wrap(bctx, "campaign", err)
+		return nil, opErr(el.name, "campaign", false, err)
 	}
-	// etcd #19597: never report leadership without seeing our own key.
-	// Wait's last read (after the predecessor's deletion) checks, in the
-	// same round trip as the new predecessor, that our key still exists;
-	// if Join found no predecessor, our key was created in that very read.
-	if err := el.q.Wait(bctx, t.Entry, pred, t.Rev+1); err != nil {
-		return nil, el.q.AbandonAfter(ctx, el.s, t, el.wrap(bctx, "campaign", err))
-	}
-	term := newTerm(el, t, value)
-	if term.Err() != nil { // the session ended: never report leadership
-		term.h.Stop()
-		return nil, el.q.AbandonAfter(ctx, el.s, t, fmt.Errorf("election %q: %w: %w", el.name, ErrSessionDone, el.s.Err()))
-	}
-	return term, nil
-}
-
-func (el *Election) sessionErr() error {
-	select {
-	case <-el.s.Done():
-		return fmt.Errorf("election %q: %w: %w", el.name, ErrSessionDone, el.s.Err())
-	default:
-		return nil
-	}
-}
-
-func (el *Election) wrap(ctx context.Context, op string, err error) error {
-	switch {
-	case queue.SessionEnded(ctx):
-		return el.sessionErr()
-	case errors.Is(err, queue.ErrEntryGone):
-		if serr := el.sessionErr(); serr != nil {
-			return serr
-		}
-		return fmt.Errorf("election %q: %s: %w while waiting", el.name, op, ErrKeyDeleted)
-	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-		return fmt.Errorf("election %q: %s: %w (%v)", el.name, op, ctx.Err(), err)
-	}
-	return fmt.Errorf("election %q: %s: %w", el.name, op, err)
+	return &Term{el: el, h: h, value: value}, nil
 }
 
 // Leader returns the current leader: the value and epoch of the first key
 // by create revision. It returns an error matching ErrNoLeader if there is
 // none. The read is linearizable.
 func (el *Election) Leader(ctx context.Context) (Leader, error) {
-	resp, err := el.q.Client.Get(ctx, el.q.Prefix, clientv3.WithFirstCreate()...)
+	resp, err := el.s.Client().Get(ctx, el.q.Prefix(), clientv3.WithFirstCreate()...)
 	if err != nil {
-		return Leader{}, el.wrap(ctx, "leader", err)
+		return Leader{}, opErr(el.name, "leader", false, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Leader{}, fmt.Errorf("election %q: %w", el.name, ErrNoLeader)
+		return Leader{}, opErr(el.name, "leader", false, ErrNoLeader)
 	}
 	kv := resp.Kvs[0]
 	return Leader{Value: string(kv.Value), Epoch: uint64(kv.CreateRevision)}, nil
@@ -164,7 +120,7 @@ func (el *Election) Leader(ctx context.Context) (Leader, error) {
 // working after the session ends.
 func (el *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
-	ob := observer{q: el.q, hook: el.opts.readHook}
+	ob := observer{cli: el.s.Client(), prefix: el.q.Prefix(), hook: el.opts.readHook}
 	go ob.run(ctx, out)
 	return out
 }

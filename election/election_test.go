@@ -18,8 +18,8 @@ import (
 func TestCampaignProclaimResign(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	el := newElection(t, newSession(t, cli), "primary")
-	ctx := ctxFor(t)
+	el := newElection(t, etcdtest.Session(t, cli), "primary")
+	ctx := etcdtest.Context(t)
 
 	_, err := el.Leader(ctx)
 	require.ErrorIs(t, err, election.ErrNoLeader)
@@ -61,7 +61,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 	assert.ErrorIs(t, term.Proclaim(ctx, "late"), election.ErrResigned)
 	_, err = el.Leader(ctx)
 	assert.ErrorIs(t, err, election.ErrNoLeader)
-	assert.Zero(t, keyCount(t, cli, el.Prefix()))
+	assert.Zero(t, etcdtest.KeyCount(t, cli, el.Prefix()))
 
 	txn, err = cli.Txn(ctx).If(term.IsLeader()).Then(clientv3.OpPut("guarded", "y")).Commit()
 	require.NoError(t, err)
@@ -79,10 +79,10 @@ func TestCampaignProclaimResign(t *testing.T) {
 func TestFailoverThreeCandidates(t *testing.T) {
 	c := etcdtest.New(t, etcdtest.WithMembers(3))
 	cli, ocli := c.Client(t), c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	const name = "failover"
 
-	obsSession := newSession(t, ocli)
+	obsSession := etcdtest.Session(t, ocli)
 	var observers []<-chan election.Leader
 	for range 3 {
 		observers = append(observers, newElection(t, obsSession, name).Observe(ctx))
@@ -96,7 +96,7 @@ func TestFailoverThreeCandidates(t *testing.T) {
 	}
 	expect(election.Leader{}) // no leader yet
 
-	sessions := []*session.Session{newSession(t, cli), newSession(t, cli), newSession(t, cli)}
+	sessions := []*session.Session{etcdtest.Session(t, cli), etcdtest.Session(t, cli), etcdtest.Session(t, cli)}
 	els := make([]*election.Election, 3)
 	for i, s := range sessions {
 		els[i] = newElection(t, s, name)
@@ -105,11 +105,11 @@ func TestFailoverThreeCandidates(t *testing.T) {
 	require.NoError(t, err)
 	expect(election.Leader{Value: "a", Epoch: a.Epoch()})
 
-	w := queuedWatch(t, cli, els[0].Prefix())
+	w := etcdtest.WatchPuts(t, cli, els[0].Prefix())
 	chB := campaignAsync(ctx, els[1], "b")
-	waitPuts(t, w, 1) // b is queued before c
+	etcdtest.WaitPuts(t, w, 1) // b is queued before c
 	chC := campaignAsync(ctx, els[2], "c")
-	waitPuts(t, w, 1)
+	etcdtest.WaitPuts(t, w, 1)
 
 	require.NoError(t, a.Proclaim(ctx, "a2"))
 	expect(election.Leader{Value: "a2", Epoch: a.Epoch()})
@@ -162,18 +162,18 @@ func TestCutOffLeaderStepsDownFirst(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	pcli, p := c.ProxiedClient(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 
-	ls := newSession(t, pcli, session.WithTTL(ttl))
+	ls := etcdtest.Session(t, pcli, session.WithTTL(ttl))
 	t.Cleanup(p.Unblackhole) // before the session's Close
 	old, err := newElection(t, ls, "cutoff").Campaign(ctx, "old")
 	require.NoError(t, err)
 	oldDone := old.Done()
 
-	standby := newElection(t, newSession(t, cli, session.WithTTL(ttl)), "cutoff")
-	w := queuedWatch(t, cli, standby.Prefix())
+	standby := newElection(t, etcdtest.Session(t, cli, session.WithTTL(ttl)), "cutoff")
+	w := etcdtest.WatchPuts(t, cli, standby.Prefix())
 	ch := campaignAsync(ctx, standby, "new")
-	waitPuts(t, w, 1)
+	etcdtest.WaitPuts(t, w, 1)
 
 	p.Blackhole()
 	r := result(t, ctx, ch)
@@ -199,14 +199,14 @@ func TestCutOffLeaderStepsDownFirst(t *testing.T) {
 func TestProclaimResignAfterLossAreGuarded(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	ls := newSession(t, cli)
+	ctx := etcdtest.Context(t)
+	ls := etcdtest.Session(t, cli)
 	old, err := newElection(t, ls, "guarded").Campaign(ctx, "old")
 	require.NoError(t, err)
-	standby := newElection(t, newSession(t, cli), "guarded")
-	w := queuedWatch(t, cli, standby.Prefix())
+	standby := newElection(t, etcdtest.Session(t, cli), "guarded")
+	w := etcdtest.WatchPuts(t, cli, standby.Prefix())
 	ch := campaignAsync(ctx, standby, "new")
-	waitPuts(t, w, 1)
+	etcdtest.WaitPuts(t, w, 1)
 
 	_, err = cli.Revoke(ctx, ls.Lease())
 	require.NoError(t, err)
@@ -230,7 +230,7 @@ func TestProclaimResignAfterLossAreGuarded(t *testing.T) {
 // deleted meanwhile.
 func assertUntouched(t *testing.T, cli *clientv3.Client, term *election.Term, fn func()) {
 	t.Helper()
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	before, err := cli.Get(ctx, term.Key())
 	require.NoError(t, err)
 	require.Len(t, before.Kvs, 1)
@@ -245,27 +245,27 @@ func assertUntouched(t *testing.T, cli *clientv3.Client, term *election.Term, fn
 func TestCampaignCancelledDeletesKey(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	holder, err := newElection(t, newSession(t, cli), "cancel").Campaign(ctx, "h")
+	ctx := etcdtest.Context(t)
+	holder, err := newElection(t, etcdtest.Session(t, cli), "cancel").Campaign(ctx, "h")
 	require.NoError(t, err)
-	el := newElection(t, newSession(t, cli), "cancel")
+	el := newElection(t, etcdtest.Session(t, cli), "cancel")
 
-	w := queuedWatch(t, cli, el.Prefix())
+	w := etcdtest.WatchPuts(t, cli, el.Prefix())
 	cctx, cancel := context.WithCancel(ctx)
 	ch := campaignAsync(cctx, el, "w")
-	waitPuts(t, w, 1)
-	assert.Equal(t, int64(2), keyCount(t, cli, el.Prefix()))
+	etcdtest.WaitPuts(t, w, 1)
+	assert.Equal(t, int64(2), etcdtest.KeyCount(t, cli, el.Prefix()))
 	cancel()
 	r := result(t, ctx, ch)
 	require.ErrorIs(t, r.err, context.Canceled)
 	assert.Nil(t, r.term)
-	assert.Equal(t, int64(1), keyCount(t, cli, el.Prefix()), "a cancelled Campaign deletes its key")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, el.Prefix()), "a cancelled Campaign deletes its key")
 
 	dctx, dcancel := context.WithDeadline(ctx, time.Now())
 	defer dcancel()
 	_, err = el.Campaign(dctx, "late")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, int64(1), keyCount(t, cli, el.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, el.Prefix()))
 	require.NoError(t, holder.Resign(ctx))
 }
 
@@ -274,15 +274,15 @@ func TestCampaignCancelledDeletesKey(t *testing.T) {
 func TestCampaignSessionEnds(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	holder, err := newElection(t, newSession(t, cli), "sess").Campaign(ctx, "h")
+	ctx := etcdtest.Context(t)
+	holder, err := newElection(t, etcdtest.Session(t, cli), "sess").Campaign(ctx, "h")
 	require.NoError(t, err)
-	s := newSession(t, cli)
+	s := etcdtest.Session(t, cli)
 	el := newElection(t, s, "sess")
 
-	w := queuedWatch(t, cli, el.Prefix())
+	w := etcdtest.WatchPuts(t, cli, el.Prefix())
 	ch := campaignAsync(ctx, el, "w")
-	waitPuts(t, w, 1)
+	etcdtest.WaitPuts(t, w, 1)
 	require.NoError(t, s.Close(ctx))
 	r := result(t, ctx, ch)
 	require.ErrorIs(t, r.err, election.ErrSessionDone)
@@ -291,7 +291,7 @@ func TestCampaignSessionEnds(t *testing.T) {
 
 	_, err = el.Campaign(ctx, "again")
 	assert.ErrorIs(t, err, election.ErrSessionDone, "Campaign on an ended session")
-	assert.Equal(t, int64(1), keyCount(t, cli, el.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, el.Prefix()))
 	require.NoError(t, holder.Resign(ctx))
 }
 
@@ -300,12 +300,12 @@ func TestCampaignSessionEnds(t *testing.T) {
 func TestCampaignKeyDeletedWhileWaiting(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	holder, err := newElection(t, newSession(t, cli), "gone").Campaign(ctx, "h")
+	ctx := etcdtest.Context(t)
+	holder, err := newElection(t, etcdtest.Session(t, cli), "gone").Campaign(ctx, "h")
 	require.NoError(t, err)
-	el := newElection(t, newSession(t, cli), "gone")
+	el := newElection(t, etcdtest.Session(t, cli), "gone")
 
-	w := queuedWatch(t, cli, el.Prefix())
+	w := etcdtest.WatchPuts(t, cli, el.Prefix())
 	ch := campaignAsync(ctx, el, "w")
 	kv := nextPut(t, w)
 	_, err = cli.Delete(ctx, string(kv.Key))
@@ -323,14 +323,14 @@ func TestCampaignKeyDeletedWhileWaiting(t *testing.T) {
 func TestSameSessionCandidatesExclude(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	s := newSession(t, cli)
+	ctx := etcdtest.Context(t)
+	s := etcdtest.Session(t, cli)
 	el1, el2 := newElection(t, s, "same"), newElection(t, s, "same")
 	t1, err := el1.Campaign(ctx, "one")
 	require.NoError(t, err)
-	w := queuedWatch(t, cli, el1.Prefix())
+	w := etcdtest.WatchPuts(t, cli, el1.Prefix())
 	ch := campaignAsync(ctx, el2, "two")
-	waitPuts(t, w, 1)
+	etcdtest.WaitPuts(t, w, 1)
 	l, err := el2.Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, "one", l.Value, "the second candidate waits")
@@ -344,7 +344,7 @@ func TestSameSessionCandidatesExclude(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	s := newSession(t, cli)
+	s := etcdtest.Session(t, cli)
 
 	_, err := election.New(nil, "x")
 	assert.ErrorIs(t, err, election.ErrInvalidOption)
@@ -376,10 +376,10 @@ func TestBadInput(t *testing.T) {
 func TestNestedNamesAreIndependent(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	var terms []*election.Term
 	for _, name := range []string{"a/b", "a"} {
-		el, err := election.New(newSession(t, cli), name)
+		el, err := election.New(etcdtest.Session(t, cli), name)
 		require.NoError(t, err)
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		term, err := el.Campaign(cctx, "v")

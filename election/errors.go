@@ -2,7 +2,11 @@ package election
 
 import (
 	"errors"
-	"strings"
+	"fmt"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/queue"
+	"github.com/dlock-go/dlock/lock"
 )
 
 var (
@@ -33,9 +37,8 @@ var (
 	ErrSessionDone = errors.New("election: session done")
 
 	// ErrInvalidName is returned by New and Run for a name that fails
-	// lock.ValidateName. The error matches both ErrInvalidName and
-	// lock.ErrInvalidName.
-	ErrInvalidName = errors.New("election: invalid name")
+	// lock.ValidateName. It matches lock.ErrInvalidName.
+	ErrInvalidName = errs.Also("election: invalid name", lock.ErrInvalidName)
 
 	// ErrInvalidOption is returned by New for a nil session or a bad option,
 	// and by Run (and Config.Validate) for a bad Config field; the message
@@ -43,12 +46,24 @@ var (
 	ErrInvalidOption = errors.New("election: invalid option")
 )
 
-// nameError is a lock.ValidateName error seen from this package: it matches
-// ErrInvalidName and lock.ErrInvalidName.
-type nameError struct{ err error }
-
-func (e *nameError) Error() string {
-	return "election: " + strings.TrimPrefix(e.err.Error(), "lock: ")
+// opErr is the error of operation op on the election called name, from a
+// queue cause: the one place where queue causes become this package's
+// errors. held says whether the
+// operation was on a term (then an end is a loss) or a campaign.
+func opErr(name, op string, held bool, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, queue.ErrReleased):
+		err = ErrResigned
+	case held && errors.Is(err, queue.ErrSessionEnded):
+		err = fmt.Errorf("%w: %w", ErrLeadershipLost, queue.SessionCause(err))
+	case held && errors.Is(err, queue.ErrEntryGone):
+		err = fmt.Errorf("%w: %w", ErrLeadershipLost, ErrKeyDeleted)
+	case errors.Is(err, queue.ErrSessionEnded):
+		err = fmt.Errorf("%w: %w", ErrSessionDone, queue.SessionCause(err))
+	case errors.Is(err, queue.ErrEntryGone):
+		err = fmt.Errorf("%w while waiting", ErrKeyDeleted)
+	}
+	return errs.New("election", name, op, err)
 }
-
-func (e *nameError) Unwrap() []error { return []error{ErrInvalidName, e.err} }

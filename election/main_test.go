@@ -3,7 +3,6 @@ package election_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -16,64 +15,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// testTimeout bounds every test's waits.
-const testTimeout = 60 * time.Second
-
-// closeTimeout bounds a session's Close at cleanup (its client may be cut
-// off by a fault proxy).
-const closeTimeout = 5 * time.Second
-
-func ctxFor(t testing.TB) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func newSession(t testing.TB, cli *clientv3.Client, opts ...session.Option) *session.Session {
-	t.Helper()
-	s, err := session.New(ctxFor(t), cli, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-		defer cancel()
-		s.Close(ctx)
-	})
-	return s
-}
-
 func newElection(t testing.TB, s *session.Session, name string, opts ...election.Option) *election.Election {
 	t.Helper()
 	el, err := election.New(s, name, opts...)
 	require.NoError(t, err)
 	return el
-}
-
-func keyCount(t testing.TB, cli *clientv3.Client, prefix string) int64 {
-	t.Helper()
-	resp, err := cli.Get(ctxFor(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	require.NoError(t, err)
-	return resp.Count
-}
-
-// queuedWatch returns a watch of the puts under prefix from now on, to wait
-// until candidates are queued.
-func queuedWatch(t testing.TB, cli *clientv3.Client, prefix string) clientv3.WatchChan {
-	t.Helper()
-	resp, err := cli.Get(ctxFor(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	require.NoError(t, err)
-	return cli.Watch(ctxFor(t), prefix, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(resp.Header.Revision+1))
-}
-
-// waitPuts waits for n put events on w.
-func waitPuts(t testing.TB, w clientv3.WatchChan, n int) {
-	t.Helper()
-	for n > 0 {
-		wr, ok := <-w
-		require.True(t, ok, "watch closed")
-		require.NoError(t, wr.Err())
-		n -= len(wr.Events)
-	}
 }
 
 // campaignResult is what a Campaign in a goroutine returns.

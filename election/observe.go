@@ -6,8 +6,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/dlock-go/dlock/internal/queue"
 )
 
 const (
@@ -22,8 +20,9 @@ const (
 // short) from a read plus the watch events after it, and derives the leader
 // as the key with the lowest create revision.
 type observer struct {
-	q    queue.Queue
-	hook func(rev int64) // test-only, see options.readHook
+	cli    *clientv3.Client
+	prefix string
+	hook   func(rev int64) // test-only, see options.readHook
 }
 
 // run delivers the election's states on out until ctx ends, then closes
@@ -52,7 +51,7 @@ func (ob observer) read(ctx context.Context, d *latest) (map[string]*mvccpb.KeyV
 	backoff := minRetry
 	for {
 		rctx, cancel := context.WithTimeout(ctx, readTimeout)
-		resp, err := ob.q.Client.Get(rctx, ob.q.Prefix, clientv3.WithPrefix())
+		resp, err := ob.cli.Get(rctx, ob.prefix, clientv3.WithPrefix())
 		cancel()
 		if err == nil {
 			keys := make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
@@ -83,7 +82,7 @@ func (ob observer) read(ctx context.Context, d *latest) (map[string]*mvccpb.KeyV
 func (ob observer) follow(ctx context.Context, keys map[string]*mvccpb.KeyValue, rev int64, d *latest) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := ob.q.Client.Watch(wctx, ob.q.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	wch := ob.cli.Watch(wctx, ob.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	for {
 		select {
 		case <-ctx.Done():

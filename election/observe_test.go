@@ -18,9 +18,9 @@ import (
 func TestObserveAcrossCompaction(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	a := newElection(t, newSession(t, cli), "compact")
-	b := newElection(t, newSession(t, cli), "compact")
+	ctx := etcdtest.Context(t)
+	a := newElection(t, etcdtest.Session(t, cli), "compact")
+	b := newElection(t, etcdtest.Session(t, cli), "compact")
 
 	var reads atomic.Int32
 	final := make(chan *election.Term, 1)
@@ -50,7 +50,7 @@ func TestObserveAcrossCompaction(t *testing.T) {
 		assert.NoError(t, err)
 		final <- tb
 	}
-	obs := newElection(t, newSession(t, cli), "compact", election.WithReadHook(hook))
+	obs := newElection(t, etcdtest.Session(t, cli), "compact", election.WithReadHook(hook))
 	octx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch := obs.Observe(octx)
@@ -81,8 +81,8 @@ func TestObserveAcrossCompaction(t *testing.T) {
 func TestObserveSlowReaderGetsLatest(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	el := newElection(t, newSession(t, cli), "slow")
+	ctx := etcdtest.Context(t)
+	el := newElection(t, etcdtest.Session(t, cli), "slow")
 	ch := el.Observe(ctx)
 	assert.Equal(t, election.Leader{}, receive(t, ctx, ch))
 
@@ -110,13 +110,13 @@ func TestObserveSlowReaderGetsLatest(t *testing.T) {
 func TestObserveStartsWithCurrentLeaderAndClosesWithCtx(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	el := newElection(t, newSession(t, cli), "current")
+	ctx := etcdtest.Context(t)
+	el := newElection(t, etcdtest.Session(t, cli), "current")
 	term, err := el.Campaign(ctx, "lead")
 	require.NoError(t, err)
 
 	octx, cancel := context.WithCancel(ctx)
-	ch := newElection(t, newSession(t, c.Client(t)), "current").Observe(octx)
+	ch := newElection(t, etcdtest.Session(t, c.Client(t)), "current").Observe(octx)
 	assert.Equal(t, election.Leader{Value: "lead", Epoch: term.Epoch()}, receive(t, ctx, ch))
 	cancel()
 	for {
@@ -136,8 +136,8 @@ func TestObserveStartsWithCurrentLeaderAndClosesWithCtx(t *testing.T) {
 func TestObserveSurvivesMemberLoss(t *testing.T) {
 	c := etcdtest.New(t, etcdtest.WithMembers(3))
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	el := newElection(t, newSession(t, cli), "members")
+	ctx := etcdtest.Context(t)
+	el := newElection(t, etcdtest.Session(t, cli), "members")
 	ch := el.Observe(ctx)
 	assert.Equal(t, election.Leader{}, receive(t, ctx, ch))
 

@@ -2,7 +2,10 @@ package election
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/dlock-go/dlock/internal/option"
+
+	"github.com/dlock-go/dlock/internal/names"
 )
 
 // DefaultPrefix is the etcd key prefix under which candidates' keys live
@@ -26,27 +29,18 @@ func defaultOptions() options {
 
 // WithPrefix sets the etcd key prefix. Optional, defaults to DefaultPrefix.
 // It must be non-empty, must not end with "/" and must not contain "%"
-// (which escapes "/" in names and marks the session's epoch keys).
+// (which escapes "/" in names and marks a queue's side keys).
 func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
 func withReadHook(f func(rev int64)) Option { return func(o *options) { o.readHook = f } }
 
 func buildOptions(opts []Option) (options, error) {
 	o := defaultOptions()
-	for _, opt := range opts {
-		if opt == nil {
-			return o, fmt.Errorf("%w: nil Option", ErrInvalidOption)
-		}
-		opt(&o)
+	if err := option.Apply(&o, opts); err != nil {
+		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	if o.prefix == "" {
-		return o, fmt.Errorf("%w: prefix is empty", ErrInvalidOption)
-	}
-	if strings.HasSuffix(o.prefix, "/") {
-		return o, fmt.Errorf("%w: prefix %q must not end with '/'", ErrInvalidOption, o.prefix)
-	}
-	if strings.Contains(o.prefix, "%") {
-		return o, fmt.Errorf("%w: prefix %q must not contain '%%'", ErrInvalidOption, o.prefix)
+	if err := names.EtcdPrefix(o.prefix); err != nil {
+		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	return o, nil
 }

@@ -8,16 +8,15 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock/internal/cleanup"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/session"
 )
 
 // DefaultRetryPeriod is the wait between campaigns in Run when
 // Config.RetryPeriod is zero.
 const DefaultRetryPeriod = time.Second
-
-// ResignTimeout bounds the Resign and the session Close that Run performs
-// after a term, with a context detached from Run's.
-const ResignTimeout = 5 * time.Second
 
 // Config configures Run, in the spirit of client-go's LeaderElectionConfig.
 // Validate checks it; Run calls Validate first. Run copies the Config: it
@@ -132,7 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.OnNewLeader != nil {
 		octx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		ob := observer{q: newQueue(cfg.Client, o, cfg.Name), hook: o.readHook}
+		ob := observer{cli: cfg.Client, prefix: queue.PrefixFor(o.prefix, cfg.Name), hook: o.readHook}
 		ch := make(chan Leader)
 		go ob.run(octx, ch)
 		go func() {
@@ -170,7 +169,7 @@ type runner struct {
 }
 
 func (r *runner) ctxErr(ctx context.Context) error {
-	return fmt.Errorf("election %q: run: %w", r.cfg.Name, ctx.Err())
+	return errs.New("election", r.cfg.Name, "run", ctx.Err())
 }
 
 // once runs one session: campaign, lead, step down. again reports whether
@@ -183,20 +182,19 @@ func (r *runner) once(ctx context.Context) (again bool, err error) {
 	case errors.Is(err, session.ErrInvalidOption):
 		return false, err
 	case err != nil:
-		return true, fmt.Errorf("election %q: run: %w", r.cfg.Name, err)
+		return true, errs.New("election", r.cfg.Name, "run", err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ResignTimeout)
+		cctx, cancel := cleanup.Context(ctx)
 		defer cancel()
 		_ = sess.Close(cctx) // the lease expires anyway if the revoke fails
 	}()
-	el := &Election{s: sess, name: r.cfg.Name, q: newQueue(r.cfg.Client, r.opts, r.cfg.Name), opts: r.opts}
-	term, err := el.Campaign(ctx, r.cfg.Value)
+	term, err := newElection(sess, r.cfg.Name, r.opts).Campaign(ctx, r.cfg.Value)
 	switch {
 	case ctx.Err() != nil:
 		return false, r.ctxErr(ctx)
 	case err != nil:
-		return true, fmt.Errorf("election %q: run: %w", r.cfg.Name, err)
+		return true, errs.New("election", r.cfg.Name, "run", err)
 	}
 	return r.lead(ctx, term)
 }
@@ -217,7 +215,7 @@ func (r *runner) lead(ctx context.Context, term *Term) (again bool, err error) {
 		cancel(nil)
 		<-watchDone
 		if term.Err() == nil {
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ResignTimeout)
+			rctx, rcancel := cleanup.Context(ctx)
 			_ = term.Resign(rctx) // on failure the session's Close revokes the lease
 			rcancel()
 		}
@@ -232,7 +230,7 @@ func (r *runner) lead(ctx context.Context, term *Term) (again bool, err error) {
 	case ctx.Err() != nil:
 		return false, r.ctxErr(ctx)
 	case lost != nil && !errors.Is(lost, ErrResigned):
-		return true, fmt.Errorf("election %q: run: %w", r.cfg.Name, lost)
+		return true, errs.New("election", r.cfg.Name, "run", lost)
 	default:
 		return false, fnErr
 	}

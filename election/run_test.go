@@ -42,7 +42,7 @@ func recv[T any](t *testing.T, ctx context.Context, ch <-chan T, what string) T 
 func TestRunStepsDownOnLoss(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	elected := make(chan *election.Term, 1)
 	causes := make(chan error, 1)
 	stopped := make(chan struct{}, 1)
@@ -73,7 +73,7 @@ func TestRunStepsDownOnLoss(t *testing.T) {
 func TestRunRecampaign(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	elected := make(chan *election.Term, 2)
@@ -127,7 +127,7 @@ func TestRunRecampaign(t *testing.T) {
 	err = recv(t, ctx, errc, "Run to return")
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.ErrorIs(t, second.Err(), election.ErrResigned, "Run resigns when ctx ends")
-	assert.Zero(t, keyCount(t, cli, election.DefaultPrefix+"/again/"))
+	assert.Zero(t, etcdtest.KeyCount(t, cli, election.DefaultPrefix+"/again/"))
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -145,7 +145,7 @@ func TestRunRecampaign(t *testing.T) {
 func TestRunHandover(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	release := make(chan struct{})
 	errDone := errors.New("work done")
 	stopped := make(chan struct{}, 1)
@@ -191,7 +191,7 @@ func TestRunHandover(t *testing.T) {
 func TestRunBadConfig(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	onElected := func(context.Context, *election.Term) error { return nil }
 	valid := election.Config{Client: cli, Name: "x", Value: "v", OnElected: onElected}
 	require.NoError(t, valid.Validate())
@@ -235,13 +235,13 @@ func TestRunBadConfig(t *testing.T) {
 func TestRunNeverElectedStillStops(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	el := newElection(t, newSession(t, cli), "never")
+	ctx := etcdtest.Context(t)
+	el := newElection(t, etcdtest.Session(t, cli), "never")
 	leader, err := el.Campaign(ctx, "incumbent")
 	require.NoError(t, err)
 	defer leader.Resign(ctx)
 
-	w := queuedWatch(t, cli, el.Prefix())
+	w := etcdtest.WatchPuts(t, cli, el.Prefix())
 	rctx, cancel := context.WithCancel(ctx)
 	stops := make(chan struct{}, 2)
 	errc := runAsync(rctx, election.Config{
@@ -252,7 +252,7 @@ func TestRunNeverElectedStillStops(t *testing.T) {
 		},
 		OnStoppedLeading: func() { stops <- struct{}{} },
 	})
-	waitPuts(t, w, 1) // the challenger is queued
+	etcdtest.WaitPuts(t, w, 1) // the challenger is queued
 	cancel()
 	assert.ErrorIs(t, recv(t, ctx, errc, "Run"), context.Canceled)
 	assert.Len(t, stops, 1, "OnStoppedLeading is called exactly once")

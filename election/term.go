@@ -3,7 +3,6 @@ package election
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,24 +26,16 @@ type Term struct {
 	value string
 }
 
-// newTerm returns the term of ticket t, ended by the session's end before
-// the session's own Done closes (so Term.Done never lags behind it).
-func newTerm(el *Election, t queue.Ticket, value string) *Term {
-	term := &Term{el: el, value: value}
-	term.h = queue.NewHold(el.q, el.s, t, term.lostBySession, term.lostByDelete)
-	return term
-}
-
 // Epoch returns the term's epoch: the create revision of the leader's key.
 // Successive leaders of one election have strictly increasing epochs.
-func (t *Term) Epoch() uint64 { return uint64(t.h.Ticket().Rev) }
+func (t *Term) Epoch() uint64 { return uint64(t.h.Rev()) }
 
 // Token returns the term's fencing token: the election's name and the
 // epoch.
 func (t *Term) Token() fence.Token { return fence.Token{Name: t.el.name, Seq: t.Epoch()} }
 
 // Key returns the leader's etcd key.
-func (t *Term) Key() string { return t.h.Ticket().Key }
+func (t *Term) Key() string { return t.h.Key() }
 
 // Value returns the value the leader campaigned with or last proclaimed.
 func (t *Term) Value() string {
@@ -58,7 +49,7 @@ func (t *Term) Value() string {
 // leadership:
 //
 //	cli.Txn(ctx).If(t.IsLeader()).Then(clientv3.OpPut(k, v)).Commit()
-func (t *Term) IsLeader() clientv3.Cmp { return t.h.Ticket().Owned() }
+func (t *Term) IsLeader() clientv3.Cmp { return t.h.Owned() }
 
 // Done returns a channel closed when the term ends: at the session's local
 // deadline (or when its lease is reported gone, or it is closed), before
@@ -70,14 +61,10 @@ func (t *Term) Done() <-chan struct{} { return t.h.Done() }
 // Err returns nil while the term looks live; after that, why it ended: an
 // error matching ErrLeadershipLost and the session's error (session ended)
 // or ErrKeyDeleted (key deleted), or an error matching ErrResigned.
-func (t *Term) Err() error { return t.h.Err() }
+func (t *Term) Err() error { return t.err("", t.h.Err()) }
 
-func (t *Term) lostBySession() error {
-	return fmt.Errorf("election %q: epoch %d: %w: %w", t.el.name, t.Epoch(), ErrLeadershipLost, t.el.s.Err())
-}
-
-func (t *Term) lostByDelete() error {
-	return fmt.Errorf("election %q: epoch %d: %w: %w", t.el.name, t.Epoch(), ErrLeadershipLost, ErrKeyDeleted)
+func (t *Term) err(op string, err error) error {
+	return opErr(t.el.name, op, true, err)
 }
 
 // Proclaim sets the leader's value, with a put guarded by the key's create
@@ -86,17 +73,21 @@ func (t *Term) lostByDelete() error {
 // I/O; if the key turns out to be gone, the term ends and Proclaim returns
 // an error matching ErrLeadershipLost and ErrKeyDeleted.
 func (t *Term) Proclaim(ctx context.Context, value string) error {
-	if err := t.Err(); err != nil {
-		return err
+	if err := t.h.Err(); err != nil {
+		return t.err("proclaim", err)
 	}
-	ok, err := t.el.q.Update(ctx, t.h.Ticket().Entry, value)
+	resp, err := t.el.s.Client().Txn(ctx).If(t.h.Owned()).Then(
+		clientv3.OpPut(t.h.Key(), value, clientv3.WithIgnoreLease()),
+	).Commit()
 	if err != nil {
-		return t.el.wrap(ctx, "proclaim", err)
+		return t.err("proclaim", err)
 	}
-	if !ok {
-		t.h.End(t.lostByDelete())
-		t.h.Stop()
-		return t.Err()
+	if !resp.Succeeded {
+		// The key is gone: Release finds that out and ends the term.
+		if err := t.h.Release(ctx); err != nil && !errors.Is(err, queue.ErrEntryGone) {
+			return t.err("proclaim", err)
+		}
+		return t.err("proclaim", queue.ErrEntryGone)
 	}
 	t.mu.Lock()
 	t.value = value
@@ -111,9 +102,5 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // any I/O: the key is gone or its lease is about to expire. After a
 // successful Resign, Err matches ErrResigned and later calls return nil.
 func (t *Term) Resign(ctx context.Context) error {
-	err := t.h.Release(ctx, fmt.Errorf("election %q: epoch %d: %w", t.el.name, t.Epoch(), ErrResigned))
-	if err != nil && !errors.Is(err, ErrLeadershipLost) {
-		return t.el.wrap(ctx, "resign", err)
-	}
-	return err
+	return t.err("resign", t.h.Release(ctx))
 }

@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,7 +29,7 @@ func TestWireForm(t *testing.T) {
 		require.NoError(t, err, want)
 		assert.Equal(t, tok, got)
 	}
-	for _, bad := range []string{"", "orders", "orders:", "orders:-1", "orders:01", "orders:x", "a b:1", "%3a:1", "%41:1", "%4:1", "a%:1", "orders:18446744073709551616"} {
+	for _, bad := range []string{"", "orders", "orders:", "orders:-1", "orders:01", "orders:x", "a b:1", "%3a:1", "%41:1", "%4:1", "a%:1", "orders:18446744073709551616", ":5"} {
 		_, err := fence.ParseToken(bad)
 		assert.ErrorIs(t, err, fence.ErrInvalidToken, "%q", bad)
 	}
@@ -42,6 +43,13 @@ func FuzzTokenRoundTrip(f *testing.F) {
 		tok := fence.Token{Name: name, Seq: seq}
 		s := tok.String()
 		got, err := fence.ParseToken(s)
+		if errors.Is(tok.Check(), fence.ErrInvalidToken) {
+			// An empty name with a Seq: Check rejects it, so must parse.
+			if err == nil {
+				t.Fatalf("ParseToken(%q) accepted a token that Check rejects", s)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("ParseToken(%q): %v", s, err)
 		}
@@ -55,6 +63,7 @@ func FuzzParseToken(f *testing.F) {
 	f.Add("orders:42")
 	f.Add("a%3Ab:0")
 	f.Add("%zz:1")
+	f.Add(":5")
 	f.Fuzz(func(t *testing.T, s string) {
 		tok, err := fence.ParseToken(s)
 		if err != nil {
@@ -62,6 +71,9 @@ func FuzzParseToken(f *testing.F) {
 		}
 		if tok.String() != s {
 			t.Fatalf("ParseToken accepted a non-canonical form %q (canonical %q)", s, tok.String())
+		}
+		if err := tok.Check(); errors.Is(err, fence.ErrInvalidToken) {
+			t.Fatalf("ParseToken(%q) accepted a token that Check rejects: %v", s, err)
 		}
 	})
 }

@@ -58,7 +58,10 @@ func (t Token) String() string {
 
 // ParseToken parses the wire form produced by Token.String. It accepts only
 // the canonical form, so ParseToken(s) succeeds exactly when
-// ParseToken(s).String() == s. Errors match ErrInvalidToken.
+// ParseToken(s).String() == s, and it rejects what Check calls invalid (an
+// empty name with a Seq, ":5"); a token without a Seq ("orders:0", ":0")
+// parses, so that a guard can answer ErrNoToken. Errors match
+// ErrInvalidToken.
 func ParseToken(s string) (Token, error) {
 	i := strings.LastIndexByte(s, ':')
 	if i < 0 {
@@ -75,6 +78,9 @@ func ParseToken(s string) (Token, error) {
 	name, err := unescape(s[:i])
 	if err != nil {
 		return Token{}, fmt.Errorf("%w: %q: name: %v", ErrInvalidToken, s, err)
+	}
+	if name == "" && seq != 0 {
+		return Token{}, fmt.Errorf("%w: %q: empty name", ErrInvalidToken, s)
 	}
 	return Token{Name: name, Seq: seq}, nil
 }

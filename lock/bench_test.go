@@ -184,7 +184,7 @@ func handoffs(b *testing.B, lockers []contender, n int) []time.Duration {
 // Handoff latency with 16 waiters: release (start of Unlock) → next waiter
 // granted, for dlock and for etcd's Mutex as released and with the guarded
 // Unlock of its #22082 fix. dlock needs one round trip after the watch
-// event (a serializable range, see queue.Wait); etcd's Mutex needs two
+// event (a serializable range); etcd's Mutex needs two
 // linearizable reads (it re-reads the queue, then its own key).
 func BenchmarkHandoff16(b *testing.B) {
 	const waiters = 16

@@ -23,7 +23,7 @@ func (l Liveness) String() string {
 	return "unknown"
 }
 
-// Capabilities says what a Locker guarantees. Read it with CapabilitiesOf
+// Capabilities says what a Locker guarantees. Read it (Locker.Capabilities)
 // before relying on a property: for example, only fence a resource with a
 // Locker whose FencingTokens is true.
 type Capabilities struct {
@@ -39,17 +39,13 @@ type Capabilities struct {
 	SurvivesFailover bool
 }
 
-// Describer is implemented by Lockers that report their Capabilities. Every
-// backend in this module implements it.
+// Describer is the Capabilities method of Locker.
+//
+// Deprecated: every Locker has Capabilities; call it directly.
 type Describer interface {
 	Capabilities() Capabilities
 }
 
-// CapabilitiesOf returns l's Capabilities, or the zero value (nothing
-// guaranteed) if l does not implement Describer.
-func CapabilitiesOf(l Locker) Capabilities {
-	if d, ok := l.(Describer); ok {
-		return d.Capabilities()
-	}
-	return Capabilities{}
-}
+// CapabilitiesOf returns l.Capabilities(). It predates Capabilities being
+// part of Locker.
+func CapabilitiesOf(l Locker) Capabilities { return l.Capabilities() }

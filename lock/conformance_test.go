@@ -13,10 +13,10 @@ import (
 func TestConformance(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	s := newSession(t, cli)
+	s := etcdtest.Session(t, cli)
 	locktest.Run(t, locktest.Backend{
 		New: func(t *testing.T, name string) lock.Locker {
-			return newMutex(t, newSession(t, cli), name)
+			return newMutex(t, etcdtest.Session(t, cli), name)
 		},
 		Lose: func(t *testing.T, h lock.Held) {
 			_, err := cli.Delete(t.Context(), h.(*lock.Grant).Key())

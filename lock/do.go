@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-)
 
-// unlockTimeout bounds the Unlock that Do runs after fn, which uses a context
-// detached from the caller's (the caller's may already be cancelled).
-const unlockTimeout = 5 * time.Second
+	"github.com/dlock-go/dlock/internal/cleanup"
+)
 
 // Do acquires l, runs fn under a context that is cancelled, with a cause
 // matching ErrLockLost, as soon as the grant's Done closes, and releases the
-// lock when fn returns (even if ctx was cancelled meanwhile).
+// lock when fn returns (even if ctx was cancelled meanwhile: the Unlock
+// runs under a context detached from ctx, bounded by a few seconds).
 //
 // fn must stop acting on the protected resource when its context ends, and
 // should pass the grant's Token to the resource so that a late write is
@@ -40,7 +38,7 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context, h Held) erro
 	cancel(nil)
 	<-watchDone
 
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+	uctx, ucancel := cleanup.Context(ctx)
 	defer ucancel()
 	unlockErr := h.Unlock(uctx)
 	switch {
@@ -54,10 +52,8 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context, h Held) erro
 }
 
 func lostCause(h Held) error {
-	if e, ok := h.(Errer); ok {
-		if err := e.Err(); err != nil {
-			return err
-		}
+	if err := h.Err(); err != nil {
+		return err
 	}
 	return ErrLockLost
 }

@@ -1,23 +1,41 @@
 package lock
 
-import "errors"
+import (
+	"errors"
+	"fmt"
 
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/queue"
+)
+
+// Errors of every backend. Backends with errors of their own (package
+// redis) make theirs match these under errors.Is, so callers can match
+// across backends. Messages read "pkg: "name": op: cause".
 var (
-	// ErrLocked is returned by TryLock when another grant holds the lock.
+	// ErrLocked is returned by TryLock (and TryAcquire, TryRLock) when the
+	// lock is taken: another grant holds it, or waiters are queued.
 	ErrLocked = errors.New("lock: locked by another holder")
 
-	// ErrLockLost is returned by Unlock (and reported by Held.Err) when the
-	// grant ended before the call: its session expired, its key was deleted,
-	// or its validity ran out.
+	// ErrLockLost is returned by Unlock, and reported by Held.Err, when the
+	// grant ended before the call: its session ended, its key was deleted,
+	// or its validity ran out. The error also matches the cause: the
+	// session's error (for example session.ErrExpired) or ErrKeyDeleted.
 	ErrLockLost = errors.New("lock: lock lost")
 
 	// ErrUnlocked is reported by Held.Err after a successful Unlock.
 	ErrUnlocked = errors.New("lock: unlocked")
 
-	// ErrSessionDone is returned by Lock and TryLock when the session ended
-	// before (or while) the lock was being acquired. It also matches
-	// ErrLockLost, because a waiter whose session ends never gets the lock.
+	// ErrSessionDone is returned by Lock and TryLock (and the other
+	// acquires) when the session ended before or while the lock was being
+	// acquired; the error also matches the session's error. It does not
+	// match ErrLockLost: a waiter whose session ends never had the lock.
 	ErrSessionDone = errors.New("lock: session done")
+
+	// ErrKeyDeleted is returned by Lock when the attempt's key was deleted
+	// while it waited (by hand, or by a revoke of its lease that the session
+	// has not noticed yet), and matched, with ErrLockLost, by Held.Err and
+	// Unlock when a grant's key was deleted.
+	ErrKeyDeleted = errors.New("lock: key deleted")
 
 	// ErrInvalidName is returned by constructors for a lock name outside the
 	// allowed alphabet (see ValidateName).
@@ -27,3 +45,27 @@ var (
 	// the message names the option.
 	ErrInvalidOption = errors.New("lock: invalid option")
 )
+
+// opErr is the error of operation op on the lock called name, from a
+// queue cause: the one place where queue causes become this package's
+// errors. held says whether the
+// operation was on a grant (then an end is a loss) or an acquire.
+func opErr(name, op string, held bool, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, queue.ErrOccupied):
+		err = ErrLocked
+	case errors.Is(err, queue.ErrReleased):
+		err = ErrUnlocked
+	case held && errors.Is(err, queue.ErrSessionEnded):
+		err = fmt.Errorf("%w: %w", ErrLockLost, queue.SessionCause(err))
+	case held && errors.Is(err, queue.ErrEntryGone):
+		err = fmt.Errorf("%w: %w", ErrLockLost, ErrKeyDeleted)
+	case errors.Is(err, queue.ErrSessionEnded):
+		err = fmt.Errorf("%w: %w", ErrSessionDone, queue.SessionCause(err))
+	case errors.Is(err, queue.ErrEntryGone):
+		err = fmt.Errorf("%w while waiting", ErrKeyDeleted)
+	}
+	return errs.New("lock", name, op, err)
+}

@@ -73,7 +73,7 @@ func (f *enqueueFault) apply(t *testing.T) {
 	send := f.pending
 	f.mu.Unlock()
 	require.NotNil(t, send, "no request was held back")
-	require.NoError(t, send(ctxFor(t)))
+	require.NoError(t, send(etcdtest.Context(t)))
 }
 
 // faultyMutex returns a Mutex called name on a session whose client goes
@@ -83,7 +83,7 @@ func faultyMutex(t *testing.T, c *etcdtest.Cluster, f *enqueueFault, name string
 	cfg := c.Config()
 	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)}
 	cli := etcdtest.NewClient(t, cfg)
-	return cli, newMutex(t, newSession(t, cli), name)
+	return cli, newMutex(t, etcdtest.Session(t, cli), name)
 }
 
 // acquirers are Lock and TryLock, by name.
@@ -104,7 +104,7 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 			c := etcdtest.New(t)
 			f := &enqueueFault{hold: true, err: rpctypes.ErrGRPCTimeout} // "request timed out": outcome unknown
 			cli, m := faultyMutex(t, c, f, "late")
-			ctx := ctxFor(t)
+			ctx := etcdtest.Context(t)
 
 			f.arm()
 			acquire := acquirer(m)
@@ -112,8 +112,8 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 			require.Error(t, err, "the enqueuing write was held back")
 			f.apply(t) // the write arrives after the acquire gave up
 
-			assert.Zero(t, keyCount(t, cli, m.Prefix()), "the late write left a key in the queue")
-			other := newMutex(t, newSession(t, c.Client(t)), "late")
+			assert.Zero(t, etcdtest.KeyCount(t, cli, m.Prefix()), "the late write left a key in the queue")
+			other := newMutex(t, etcdtest.Session(t, c.Client(t)), "late")
 			h, err := other.TryLock(ctx)
 			require.NoError(t, err, "another session must find the lock free")
 			require.NoError(t, h.Unlock(ctx))
@@ -122,7 +122,7 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 			h, err = m.Lock(ctx)
 			require.NoError(t, err)
 			require.NoError(t, h.Unlock(ctx))
-			assert.Zero(t, keyCount(t, cli, m.Prefix()))
+			assert.Zero(t, etcdtest.KeyCount(t, cli, m.Prefix()))
 		})
 	}
 }
@@ -145,18 +145,18 @@ func TestLostEnqueueResponseLeavesNoKey(t *testing.T) {
 				c := etcdtest.New(t)
 				f := &enqueueFault{armed: true, err: tc.err}
 				cli, m := faultyMutex(t, c, f, "lost")
-				ctx := ctxFor(t)
+				ctx := etcdtest.Context(t)
 				acquire := acquirer(m)
 				h, err := acquire(ctx)
 				if !tc.granted {
 					require.Error(t, err)
-					assert.Zero(t, keyCount(t, cli, m.Prefix()), "the applied enqueue was left behind")
+					assert.Zero(t, etcdtest.KeyCount(t, cli, m.Prefix()), "the applied enqueue was left behind")
 					h, err = m.Lock(ctx)
 				}
 				require.NoError(t, err)
-				assert.Equal(t, int64(1), keyCount(t, cli, m.Prefix()), "only the grant's own key")
+				assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, m.Prefix()), "only the grant's own key")
 				require.NoError(t, h.Unlock(ctx))
-				assert.Zero(t, keyCount(t, cli, m.Prefix()))
+				assert.Zero(t, etcdtest.KeyCount(t, cli, m.Prefix()))
 			})
 		}
 	}

@@ -18,8 +18,13 @@ type Locker interface {
 	// ends. On ctx end it returns an error matching ctx.Err() and leaves
 	// nothing behind in the lock service.
 	Lock(ctx context.Context) (Held, error)
-	// TryLock returns ErrLocked at once if someone else holds the lock.
+	// TryLock returns an error matching ErrLocked at once if someone else
+	// holds the lock.
 	TryLock(ctx context.Context) (Held, error)
+	// Capabilities says what the backend guarantees. Read it before relying
+	// on a property: only fence a resource with a Locker whose
+	// FencingTokens is true.
+	Capabilities() Capabilities
 }
 
 // Held is one grant of a lock.
@@ -37,16 +42,17 @@ type Held interface {
 	// Done is closed when the lock may be lost: the backend's local deadline
 	// passed, the lock was observed gone, or Unlock was called.
 	Done() <-chan struct{}
+	// Err returns nil while Done is open, and after that the reason: an
+	// error matching ErrLockLost (and its cause), or ErrUnlocked after
+	// Unlock.
+	Err() error
 	// Unlock releases the grant. It never releases a later grant of the same
 	// lock; it returns an error matching ErrLockLost if the grant had already
 	// ended. Calling it again after success returns nil.
 	Unlock(ctx context.Context) error
 }
 
-// Errer is implemented by Held values that can say why Done closed. Every
-// backend in this module implements it.
-type Errer interface {
-	// Err returns nil while Done is open, and after that the reason: an
-	// error matching ErrLockLost, or ErrUnlocked after Unlock.
-	Err() error
-}
+// Errer is the Err method of Held.
+//
+// Deprecated: every Held has Err; call it directly.
+type Errer interface{ Err() error }

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -12,56 +11,49 @@ import (
 	"github.com/dlock-go/dlock/session"
 )
 
-// Mutex is the etcd lock: a queue of keys under "<prefix>/<name>/" (each "/"
-// in the name written "%2F", see Prefix), bound to
-// the session's lease and ordered by create revision. The first key holds
-// the lock; each waiter watches only its immediate predecessor, so one
-// release wakes one waiter. The holder's fencing token is its key's create
-// revision: successive holders get strictly increasing tokens, and this
-// holds across etcd leader changes and member loss (it is the cluster's
-// revision).
+// Mutex is the etcd lock: a queue of keys under "<prefix>/<name>/" (each
+// "/" in the name written "%2F", see Prefix), bound to the session's lease
+// and ordered by create revision. The first key holds the lock; each waiter
+// watches only its immediate predecessor, so one release wakes one waiter.
+// The holder's fencing token is its key's create revision: successive
+// holders get strictly increasing tokens, and this holds across etcd leader
+// changes and member loss (it is the cluster's revision).
 //
 // Every Lock or TryLock call creates a fresh key, so several calls on one
 // Mutex or on several Mutexes sharing a session are independent grants and
 // exclude each other. A Mutex is safe for concurrent use.
 type Mutex struct {
-	s        *session.Session
-	name     string
-	q        queue.Queue
-	opts     options
-	unlocked error // what Grant.Err reports after Unlock
+	s    *session.Session
+	name string
+	q    *queue.Queue
+	opts options
 }
 
 var (
-	_ Locker    = (*Mutex)(nil)
-	_ Describer = (*Mutex)(nil)
-	_ Held      = (*Grant)(nil)
-	_ Errer     = (*Grant)(nil)
+	_ Locker = (*Mutex)(nil)
+	_ Held   = (*Grant)(nil)
 )
 
 // New returns the etcd Mutex called name on session s. The name must pass
-// ValidateName. New does no I/O.
+// ValidateName; a nil session or a bad option returns an error matching
+// ErrInvalidOption. New does no I/O.
 func New(s *session.Session, name string, opts ...Option) (*Mutex, error) {
+	o, err := newLock(s, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Mutex{s: s, name: name, q: queue.New(s.Client(), o.prefix, name, queue.Exclusive), opts: o}, nil
+}
+
+// newLock validates the arguments every etcd lock's constructor takes.
+func newLock(s *session.Session, name string, opts []Option) (options, error) {
 	if s == nil {
-		return nil, fmt.Errorf("%w: session is nil", ErrInvalidOption)
+		return options{}, fmt.Errorf("%w: session is nil", ErrInvalidOption)
 	}
 	if err := ValidateName(name); err != nil {
-		return nil, err
+		return options{}, err
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := o.validate(); err != nil {
-		return nil, err
-	}
-	return &Mutex{
-		s:        s,
-		name:     name,
-		q:        queue.Queue{Client: s.Client(), Prefix: queue.PrefixFor(o.prefix, name)},
-		opts:     o,
-		unlocked: fmt.Errorf("lock %q: %w", name, ErrUnlocked),
-	}, nil
+	return buildOptions(opts)
 }
 
 // Name returns the lock's name.
@@ -70,7 +62,7 @@ func (m *Mutex) Name() string { return m.name }
 // Prefix returns the etcd key prefix of the lock's queue: "<prefix>/<name>/"
 // with each "/" in the name written "%2F", so that the queue of "a" does
 // not range over the keys of "a/b".
-func (m *Mutex) Prefix() string { return m.q.Prefix }
+func (m *Mutex) Prefix() string { return m.q.Prefix() }
 
 // Capabilities reports the etcd Mutex's guarantees.
 func (m *Mutex) Capabilities() Capabilities {
@@ -78,108 +70,56 @@ func (m *Mutex) Capabilities() Capabilities {
 }
 
 // Lock waits in FIFO order until the lock is granted, ctx ends, or the
-// session ends. The returned Held is a *Grant. On any error the attempt's key
-// is deleted (with a detached, bounded context), so a cancelled Lock leaves
-// nothing behind. If the session ends while waiting, Lock returns an error
-// matching ErrSessionDone and never the lock.
+// session ends. The returned Held is a *Grant. On any error the attempt's
+// key is deleted (with a detached, bounded context), so a cancelled Lock
+// leaves nothing behind. If the session ends while waiting, Lock returns an
+// error matching ErrSessionDone and never the lock; if the attempt's key is
+// deleted while waiting, one matching ErrKeyDeleted.
 func (m *Mutex) Lock(ctx context.Context) (Held, error) {
-	return m.acquire(ctx, false)
+	return acquire(ctx, m.q, m.s, m.name, "lock", m.opts.owner, false)
 }
 
 // TryLock acquires the lock if nobody holds or waits for it, in one round
-// trip; otherwise it returns ErrLocked and creates no key.
+// trip; otherwise it returns an error matching ErrLocked and creates no key.
 func (m *Mutex) TryLock(ctx context.Context) (Held, error) {
-	return m.acquire(ctx, true)
+	return acquire(ctx, m.q, m.s, m.name, "try lock", m.opts.owner, true)
 }
 
-func (m *Mutex) acquire(ctx context.Context, try bool) (Held, error) {
-	if err := m.sessionErr(); err != nil {
-		return nil, err
-	}
-	// Every request and watch of the acquire stops when the session ends,
-	// even while etcd is unreachable.
-	bctx, cancel := queue.BindSession(ctx, m.s)
-	defer cancel()
-	if try {
-		t, _, ok, err := m.q.TryJoin(bctx, m.s, m.opts.owner)
-		if err != nil {
-			return nil, m.wrap(bctx, "try lock", err)
-		}
-		if !ok {
-			return nil, fmt.Errorf("lock %q: %w", m.name, ErrLocked)
-		}
-		return m.grant(ctx, t)
-	}
-	t, pred, err := m.q.Join(bctx, m.s, m.opts.owner)
+// acquire runs the queue's acquire for op and returns the grant.
+func acquire(ctx context.Context, q *queue.Queue, s *session.Session, name, op, owner string, try bool) (*Grant, error) {
+	h, err := q.Acquire(ctx, s, owner, try)
 	if err != nil {
-		return nil, m.wrap(bctx, "lock", err)
+		return nil, opErr(name, op, false, err)
 	}
-	if err := m.q.Wait(bctx, t.Entry, pred, t.Rev+1); err != nil {
-		return nil, m.q.AbandonAfter(ctx, m.s, t, m.wrap(bctx, "lock", err))
-	}
-	return m.grant(ctx, t)
+	return &Grant{name: name, h: h}, nil
 }
 
-// grant ties t to the session's end; it fails if the session ended before.
-func (m *Mutex) grant(ctx context.Context, t queue.Ticket) (Held, error) {
-	g := &Grant{m: m}
-	g.h = queue.NewHold(m.q, m.s, t, g.lostBySession, g.lostByDelete)
-	if g.Err() != nil { // the session ended before the grant
-		g.h.Stop()
-		return nil, m.q.AbandonAfter(ctx, m.s, t, fmt.Errorf("lock %q: %w: %w", m.name, ErrSessionDone, m.s.Err()))
-	}
-	return g, nil
-}
-
-func (m *Mutex) sessionErr() error {
-	select {
-	case <-m.s.Done():
-		return fmt.Errorf("lock %q: %w: %w", m.name, ErrSessionDone, m.s.Err())
-	default:
-		return nil
-	}
-}
-
-// wrap describes an acquire error; bctx is the acquire's context from
-// queue.BindSession.
-func (m *Mutex) wrap(bctx context.Context, op string, err error) error {
-	switch {
-	case queue.SessionEnded(bctx):
-		return m.sessionErr()
-	case errors.Is(err, queue.ErrEntryGone):
-		if serr := m.sessionErr(); serr != nil {
-			return serr
-		}
-		return fmt.Errorf("lock %q: %s: key deleted while waiting: %w", m.name, op, ErrSessionDone)
-	}
-	return fmt.Errorf("lock %q: %s: %w", m.name, op, err)
-}
-
-// Grant is one grant of a Mutex: the Held returned by Mutex.Lock and
-// TryLock. It is safe for concurrent use.
+// Grant is one grant of an etcd lock: the Held returned by Mutex.Lock and
+// TryLock (and by the Semaphore's and RWMutex's acquires). It is safe for
+// concurrent use.
 //
 // It is NOT safe to assume that the lock is held until Unlock: pass Token to
 // the resource, and stop acting when Done closes.
 type Grant struct {
-	m *Mutex
-	h *queue.Hold
+	name string
+	h    *queue.Hold
 }
 
 // Token returns the fencing token: the lock's name and the grant key's
 // create revision.
-func (g *Grant) Token() fence.Token { return fence.Token{Name: g.m.name, Seq: uint64(g.Revision())} }
+func (g *Grant) Token() fence.Token { return fence.Token{Name: g.name, Seq: uint64(g.h.Rev())} }
 
 // Key returns the grant's etcd key.
-func (g *Grant) Key() string { return g.h.Ticket().Key }
+func (g *Grant) Key() string { return g.h.Key() }
 
 // Revision returns the grant key's create revision (the token's Seq).
-func (g *Grant) Revision() int64 { return g.h.Ticket().Rev }
+func (g *Grant) Revision() int64 { return g.h.Rev() }
 
 // IsOwner returns a comparison that holds only while this grant's key
 // exists, for etcd transactions that must commit only under the lock:
 //
 //	cli.Txn(ctx).If(g.IsOwner()).Then(clientv3.OpPut(k, v)).Commit()
-func (g *Grant) IsOwner() clientv3.Cmp { return g.h.Ticket().Owned() }
+func (g *Grant) IsOwner() clientv3.Cmp { return g.h.Owned() }
 
 // Done returns a channel closed when the lock may be lost: the session's
 // local deadline passed or its lease is gone (Done closes before the
@@ -188,17 +128,9 @@ func (g *Grant) IsOwner() clientv3.Cmp { return g.h.Ticket().Owned() }
 func (g *Grant) Done() <-chan struct{} { return g.h.Done() }
 
 // Err returns nil while the grant looks live, otherwise why it ended: an
-// error matching ErrLockLost (and the session's error, if that was the
-// cause), or ErrUnlocked.
-func (g *Grant) Err() error { return g.h.Err() }
-
-func (g *Grant) lostBySession() error {
-	return fmt.Errorf("lock %q: %w: %w", g.m.name, ErrLockLost, g.m.s.Err())
-}
-
-func (g *Grant) lostByDelete() error {
-	return fmt.Errorf("lock %q: key %q deleted: %w", g.m.name, g.Key(), ErrLockLost)
-}
+// error matching ErrLockLost and its cause (the session's error, or
+// ErrKeyDeleted), or ErrUnlocked.
+func (g *Grant) Err() error { return opErr(g.name, "", true, g.h.Err()) }
 
 // Unlock releases the grant with a delete guarded by the key's create
 // revision, so it never deletes a later holder's key. It returns an error
@@ -208,9 +140,5 @@ func (g *Grant) lostByDelete() error {
 // later calls return nil. If the delete itself fails (ctx ended, etcd
 // unreachable), the error says so and Unlock may be retried.
 func (g *Grant) Unlock(ctx context.Context) error {
-	err := g.h.Release(ctx, g.m.unlocked)
-	if err != nil && !errors.Is(err, ErrLockLost) {
-		return fmt.Errorf("lock %q: unlock: %w", g.m.name, err)
-	}
-	return err
+	return opErr(g.name, "unlock", true, g.h.Release(ctx))
 }

@@ -17,28 +17,28 @@ import (
 func TestLockUnlock(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	m := newMutex(t, newSession(t, cli), "orders")
-	ctx := ctxFor(t)
+	m := newMutex(t, etcdtest.Session(t, cli), "orders")
+	ctx := etcdtest.Context(t)
 
 	h, err := m.Lock(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, "orders", h.Token().Name)
 	assert.NotZero(t, h.Token().Seq)
-	assert.Equal(t, int64(1), keyCount(t, cli, m.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, m.Prefix()))
 
 	_, err = m.TryLock(ctx)
 	require.ErrorIs(t, err, lock.ErrLocked)
-	assert.Equal(t, int64(1), keyCount(t, cli, m.Prefix()), "a failed TryLock creates no key")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, m.Prefix()), "a failed TryLock creates no key")
 
 	require.NoError(t, h.Unlock(ctx))
 	require.NoError(t, h.Unlock(ctx), "a second Unlock is a no-op")
-	assert.ErrorIs(t, h.(lock.Errer).Err(), lock.ErrUnlocked)
+	assert.ErrorIs(t, h.Err(), lock.ErrUnlocked)
 	select {
 	case <-h.Done():
 	default:
 		t.Fatal("Done must be closed after Unlock")
 	}
-	assert.Equal(t, int64(0), keyCount(t, cli, m.Prefix()))
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, m.Prefix()))
 
 	h2, err := m.TryLock(ctx)
 	require.NoError(t, err)
@@ -50,16 +50,16 @@ func TestLockUnlock(t *testing.T) {
 // sees Unlock's own delete and must leave the verdict to Unlock.
 func TestUnlockWatched(t *testing.T) {
 	c := etcdtest.New(t)
-	m := newMutex(t, newSession(t, c.Client(t)), "watched")
-	ctx := ctxFor(t)
+	m := newMutex(t, etcdtest.Session(t, c.Client(t)), "watched")
+	ctx := etcdtest.Context(t)
 	for range 20 {
 		h, err := m.Lock(ctx)
 		require.NoError(t, err)
 		h.Done()
 		require.NoError(t, h.Unlock(ctx))
 		<-h.Done()
-		require.ErrorIs(t, h.(lock.Errer).Err(), lock.ErrUnlocked)
-		require.NotErrorIs(t, h.(lock.Errer).Err(), lock.ErrLockLost)
+		require.ErrorIs(t, h.Err(), lock.ErrUnlocked)
+		require.NotErrorIs(t, h.Err(), lock.ErrLockLost)
 	}
 }
 
@@ -67,9 +67,9 @@ func TestUnlockWatched(t *testing.T) {
 // second waits for the first (etcd issue #11360 is the counter-example).
 func TestSameSessionExcludes(t *testing.T) {
 	c := etcdtest.New(t)
-	s := newSession(t, c.Client(t))
+	s := etcdtest.Session(t, c.Client(t))
 	m1, m2 := newMutex(t, s, "x"), newMutex(t, s, "x")
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	h, err := m1.Lock(ctx)
 	require.NoError(t, err)
 	_, err = m2.TryLock(ctx)
@@ -101,10 +101,10 @@ func TestContention(t *testing.T) {
 		grants  []uint64
 		stale   atomic.Int32
 	)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	var wg sync.WaitGroup
 	for range workers {
-		m := newMutex(t, newSession(t, cli), "contended")
+		m := newMutex(t, etcdtest.Session(t, cli), "contended")
 		wg.Go(func() {
 			for range rounds {
 				h, err := m.Lock(ctx)
@@ -139,8 +139,8 @@ func TestFIFO(t *testing.T) {
 	const waiters = 32
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	holder := newMutex(t, newSession(t, cli), "fifo")
+	ctx := etcdtest.Context(t)
+	holder := newMutex(t, etcdtest.Session(t, cli), "fifo")
 	h, err := holder.Lock(ctx)
 	require.NoError(t, err)
 
@@ -148,7 +148,7 @@ func TestFIFO(t *testing.T) {
 	order := make(chan int, waiters)
 	var wg sync.WaitGroup
 	for i := range waiters {
-		m := newMutex(t, newSession(t, cli), "fifo")
+		m := newMutex(t, etcdtest.Session(t, cli), "fifo")
 		wg.Go(func() {
 			g, err := m.Lock(ctx)
 			if !assert.NoError(t, err) {
@@ -157,7 +157,7 @@ func TestFIFO(t *testing.T) {
 			order <- i
 			assert.NoError(t, g.Unlock(ctx))
 		})
-		waitPuts(t, w, 1) // waiter i is queued before waiter i+1 starts
+		etcdtest.WaitPuts(t, w, 1) // waiter i is queued before waiter i+1 starts
 	}
 	require.NoError(t, h.Unlock(ctx))
 	wg.Wait()
@@ -173,24 +173,14 @@ func TestFIFO(t *testing.T) {
 	assert.Equal(t, want, got)
 }
 
-func waitPuts(t *testing.T, w clientv3.WatchChan, n int) {
-	t.Helper()
-	for n > 0 {
-		wr, ok := <-w
-		require.True(t, ok, "watch closed")
-		require.NoError(t, wr.Err())
-		n -= len(wr.Events)
-	}
-}
-
 // Names may nest ("a", "a/b"): each is its own lock. With the name put in
 // the key unescaped, the queue of "a" would range over the keys of "a/b",
 // and "a" would look held while only "a/b" is.
 func TestNestedNamesAreIndependent(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	s := newSession(t, cli)
-	ctx := ctxFor(t)
+	s := etcdtest.Session(t, cli)
+	ctx := etcdtest.Context(t)
 	names := []string{"a/b", "a", "a/b/c", "a.b"}
 	var held []lock.Held
 	for _, name := range names {
@@ -200,7 +190,7 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 	}
 	for i, name := range names {
 		m := newMutex(t, s, name)
-		assert.Equal(t, int64(1), keyCount(t, cli, m.Prefix()), "%q's queue holds only its own key", name)
+		assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, m.Prefix()), "%q's queue holds only its own key", name)
 		require.NoError(t, held[i].Unlock(ctx))
 	}
 }

@@ -2,11 +2,12 @@ package lock
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/dlock-go/dlock/internal/names"
 )
 
 // MaxNameLen is the longest lock name, in bytes.
-const MaxNameLen = 128
+const MaxNameLen = names.MaxLen
 
 // ValidateName reports whether name is a valid lock name, shared by every
 // backend: 1 to MaxNameLen bytes of ASCII letters, digits and "-._", with "/"
@@ -14,27 +15,8 @@ const MaxNameLen = 128
 // trailing "/". For example "orders", "billing/invoice-7", "jobs/v2.nightly".
 // Errors match ErrInvalidName and quote the name.
 func ValidateName(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: name is empty", ErrInvalidName)
-	}
-	if len(name) > MaxNameLen {
-		return fmt.Errorf("%w: name %.20q... is %d bytes, longer than %d", ErrInvalidName, name, len(name), MaxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-			c == '-' || c == '.' || c == '_' || c == '/'
-		if !ok {
-			return fmt.Errorf("%w: name %q: byte %q at %d is not in [A-Za-z0-9._/-]", ErrInvalidName, name, c, i)
-		}
-	}
-	for _, seg := range strings.Split(name, "/") {
-		switch seg {
-		case "":
-			return fmt.Errorf("%w: name %q: empty segment (leading, trailing or double '/')", ErrInvalidName, name)
-		case ".", "..":
-			return fmt.Errorf("%w: name %q: segment %q is not allowed", ErrInvalidName, name, seg)
-		}
+	if err := names.Name(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidName, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -58,8 +59,8 @@ func TestNoThunderingHerd(t *testing.T) {
 	cfg := c.Config()
 	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept)}
 	cli := etcdtest.NewClient(t, cfg)
-	s := newSession(t, cli)
-	ctx := ctxFor(t)
+	s := etcdtest.Session(t, cli)
+	ctx := etcdtest.Context(t)
 	holder := newMutex(t, s, "herd")
 	h, err := holder.Lock(ctx)
 	require.NoError(t, err)
@@ -81,7 +82,7 @@ func TestNoThunderingHerd(t *testing.T) {
 			assert.NoError(t, g.Unlock(wctx))
 		})
 	}
-	waitPuts(t, w, waiters)
+	etcdtest.WaitPuts(t, w, waiters)
 	before := rc.snapshot()
 	for i := range waiters {
 		assert.Equal(t, 1, before[i], "waiter %d: one request to enqueue", i)
@@ -121,9 +122,9 @@ func TestNoThunderingHerd(t *testing.T) {
 func TestStaleUnlock(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	a := newMutex(t, newSession(t, cli), "stale")
-	b := newMutex(t, newSession(t, cli), "stale")
+	ctx := etcdtest.Context(t)
+	a := newMutex(t, etcdtest.Session(t, cli), "stale")
+	b := newMutex(t, etcdtest.Session(t, cli), "stale")
 
 	// Retried unlock: A unlocks, B is granted, A's Unlock is retried.
 	ha, err := a.Lock(ctx)
@@ -132,7 +133,7 @@ func TestStaleUnlock(t *testing.T) {
 	hb, err := b.Lock(ctx)
 	require.NoError(t, err)
 	require.NoError(t, ha.Unlock(ctx))
-	assert.Equal(t, int64(1), keyCount(t, cli, b.Prefix()), "B's key must survive A's retried Unlock")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, b.Prefix()), "B's key must survive A's retried Unlock")
 	require.NoError(t, hb.Unlock(ctx))
 
 	// Stale unlock: A's key is deleted behind its back, B is granted, A
@@ -144,7 +145,7 @@ func TestStaleUnlock(t *testing.T) {
 	hb, err = b.Lock(ctx)
 	require.NoError(t, err)
 	require.ErrorIs(t, ha.Unlock(ctx), lock.ErrLockLost)
-	assert.Equal(t, int64(1), keyCount(t, cli, b.Prefix()), "B's key must survive A's stale Unlock")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, b.Prefix()), "B's key must survive A's stale Unlock")
 	_, err = b.TryLock(ctx)
 	assert.ErrorIs(t, err, lock.ErrLocked, "B still holds the lock")
 	require.NoError(t, hb.Unlock(ctx))
@@ -154,8 +155,8 @@ func TestStaleUnlock(t *testing.T) {
 func TestCancelLeavesNoKey(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	holder := newMutex(t, newSession(t, cli), "cancel")
+	ctx := etcdtest.Context(t)
+	holder := newMutex(t, etcdtest.Session(t, cli), "cancel")
 	h, err := holder.Lock(ctx)
 	require.NoError(t, err)
 	w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
@@ -163,33 +164,33 @@ func TestCancelLeavesNoKey(t *testing.T) {
 	// Cancel while waiting.
 	wctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
-	m := newMutex(t, newSession(t, cli), "cancel")
+	m := newMutex(t, etcdtest.Session(t, cli), "cancel")
 	go func() { _, err := m.Lock(wctx); errc <- err }()
-	waitPuts(t, w, 1)
+	etcdtest.WaitPuts(t, w, 1)
 	cancel()
 	err = <-errc
 	require.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, int64(1), keyCount(t, cli, holder.Prefix()), "only the holder's key remains")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, holder.Prefix()), "only the holder's key remains")
 
 	// Deadline while waiting.
 	dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer dcancel()
 	_, err = m.Lock(dctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, int64(1), keyCount(t, cli, holder.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, holder.Prefix()))
 
 	// Failed acquire: the waiter's session ends while it waits.
-	ws := newSession(t, cli)
+	ws := etcdtest.Session(t, cli)
 	wm := newMutex(t, ws, "cancel")
 	go func() { _, err := wm.Lock(ctx); errc <- err }()
-	waitPuts(t, w, 2) // the deadline attempt and this one
+	etcdtest.WaitPuts(t, w, 2) // the deadline attempt and this one
 	require.NoError(t, ws.Close(ctx))
 	err = <-errc
 	require.ErrorIs(t, err, lock.ErrSessionDone)
-	assert.Equal(t, int64(1), keyCount(t, cli, holder.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, holder.Prefix()))
 
 	require.NoError(t, h.Unlock(ctx))
-	assert.Equal(t, int64(0), keyCount(t, cli, holder.Prefix()))
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, holder.Prefix()))
 }
 
 // A waiter whose session ends while it waits gets an error, never the lock,
@@ -197,13 +198,13 @@ func TestCancelLeavesNoKey(t *testing.T) {
 func TestWaiterSessionEnds(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	holder := newMutex(t, newSession(t, cli), "w")
+	ctx := etcdtest.Context(t)
+	holder := newMutex(t, etcdtest.Session(t, cli), "w")
 	h, err := holder.Lock(ctx)
 	require.NoError(t, err)
 	w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
 
-	ws := newSession(t, cli)
+	ws := etcdtest.Session(t, cli)
 	wm := newMutex(t, ws, "w")
 	errc := make(chan error, 1)
 	go func() {
@@ -213,13 +214,16 @@ func TestWaiterSessionEnds(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitPuts(t, w, 1)
+	etcdtest.WaitPuts(t, w, 1)
 	_, err = cli.Revoke(ctx, ws.Lease()) // the server ends the waiter's session
 	require.NoError(t, err)
 	require.NoError(t, h.Unlock(ctx))
 	err = <-errc
 	require.ErrorIs(t, err, lock.ErrSessionDone)
-	assert.Equal(t, int64(0), keyCount(t, cli, holder.Prefix()))
+	// A waiter whose session ends never had the lock: it did not lose one.
+	assert.NotErrorIs(t, err, lock.ErrLockLost)
+	assert.ErrorIs(t, err, session.ErrLeaseGone, "the server revoked the lease")
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, holder.Prefix()))
 }
 
 // Closing a session releases every lock it holds at once; the waiters are
@@ -227,8 +231,8 @@ func TestWaiterSessionEnds(t *testing.T) {
 func TestSessionCloseReleasesAll(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	s := newSession(t, cli)
+	ctx := etcdtest.Context(t)
+	s := etcdtest.Session(t, cli)
 	names := []string{"a", "b", "c"}
 	var helds []lock.Held
 	for _, n := range names {
@@ -236,7 +240,7 @@ func TestSessionCloseReleasesAll(t *testing.T) {
 		require.NoError(t, err)
 		helds = append(helds, h)
 	}
-	other := newSession(t, cli)
+	other := etcdtest.Session(t, cli)
 	got := make(chan lock.Held, len(names))
 	for _, n := range names {
 		m := newMutex(t, other, n)
@@ -247,12 +251,12 @@ func TestSessionCloseReleasesAll(t *testing.T) {
 		}()
 	}
 	w := cli.Watch(ctx, lock.DefaultPrefix, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(helds[len(helds)-1].Token().Seq)+1))
-	waitPuts(t, w, len(names))
+	etcdtest.WaitPuts(t, w, len(names))
 	require.NoError(t, s.Close(ctx))
 	for _, h := range helds {
 		<-h.Done()
-		assert.ErrorIs(t, h.(lock.Errer).Err(), lock.ErrLockLost)
-		assert.ErrorIs(t, h.(lock.Errer).Err(), session.ErrClosed)
+		assert.ErrorIs(t, h.Err(), lock.ErrLockLost)
+		assert.ErrorIs(t, h.Err(), session.ErrClosed)
 	}
 	for range names {
 		h := <-got
@@ -265,9 +269,9 @@ func TestSessionCloseReleasesAll(t *testing.T) {
 // strictly before another client can observe the lease gone.
 func TestPartitionedHolderStopsFirst(t *testing.T) {
 	c := etcdtest.New(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	pcli, proxy := c.ProxiedClient(t)
-	ps := newSession(t, pcli, session.WithTTL(2*time.Second))
+	ps := etcdtest.Session(t, pcli, session.WithTTL(2*time.Second))
 	var helds []lock.Held
 	for _, n := range []string{"p1", "p2"} {
 		h, err := newMutex(t, ps, n).Lock(ctx)
@@ -302,7 +306,7 @@ func TestPartitionedHolderStopsFirst(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	c := etcdtest.New(t)
-	s := newSession(t, c.Client(t))
+	s := etcdtest.Session(t, c.Client(t))
 	for _, name := range []string{"", "a//b", "/a", "a/", "../x", "a/./b", "sp ace", "ünï", string(make([]byte, lock.MaxNameLen+1))} {
 		_, err := lock.New(s, name)
 		assert.ErrorIs(t, err, lock.ErrInvalidName, "name %q", name)
@@ -322,14 +326,23 @@ func TestBadInput(t *testing.T) {
 	_, err = lock.New(s, "x", lock.WithPrefix("p%2Fq"))
 	assert.ErrorIs(t, err, lock.ErrInvalidOption)
 	assert.ErrorContains(t, err, "'%'")
+	_, err = lock.New(s, "x", nil)
+	assert.ErrorIs(t, err, lock.ErrInvalidOption)
+	assert.ErrorContains(t, err, "option 0 is nil")
+	for _, owner := range []string{"has space", "tab\t", "ünï", strings.Repeat("o", 257)} {
+		_, err = lock.New(s, "x", lock.WithOwner(owner))
+		assert.ErrorIs(t, err, lock.ErrInvalidOption, "owner %q", owner)
+		assert.ErrorContains(t, err, "owner", "owner %q", owner)
+	}
+	assert.NoError(t, lock.ValidateOptions(lock.WithOwner(lock.DefaultOwner())))
 }
 
 // IsOwner makes an etcd write conditional on holding the lock.
 func TestIsOwner(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	h, err := newMutex(t, newSession(t, cli), "own").Lock(ctx)
+	ctx := etcdtest.Context(t)
+	h, err := newMutex(t, etcdtest.Session(t, cli), "own").Lock(ctx)
 	require.NoError(t, err)
 	g := h.(*lock.Grant)
 	resp, err := cli.Txn(ctx).If(g.IsOwner()).Then(clientv3.OpPut("data", "1")).Commit()
@@ -346,8 +359,8 @@ func TestIsOwner(t *testing.T) {
 func TestDoCancelsOnLoss(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
-	m := newMutex(t, newSession(t, cli), "do")
+	ctx := etcdtest.Context(t)
+	m := newMutex(t, etcdtest.Session(t, cli), "do")
 	err := lock.Do(ctx, m, func(fnCtx context.Context, h lock.Held) error {
 		// Lose it, from outside fn's context (which the loss cancels,
 		// possibly before this Delete's reply arrives).
@@ -365,7 +378,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 		return ctx.Err()
 	}))
 	assert.True(t, ran)
-	assert.Equal(t, int64(0), keyCount(t, cli, m.Prefix()))
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, m.Prefix()))
 }
 
 // One heartbeat loop per session, not one per lock: while a session holds
@@ -382,8 +395,8 @@ func TestOneHeartbeatForManyLocks(t *testing.T) {
 			return streamer(ctx, desc, cc, method, opts...)
 		})}
 	cli := etcdtest.NewClient(t, cfg)
-	s := newSession(t, cli, session.WithTTL(2*time.Second), session.WithHeartbeat(100*time.Millisecond))
-	ctx := ctxFor(t)
+	s := etcdtest.Session(t, cli, session.WithTTL(2*time.Second), session.WithHeartbeat(100*time.Millisecond))
+	ctx := etcdtest.Context(t)
 	for i := range 50 {
 		h, err := newMutex(t, s, fmt.Sprintf("many/%d", i)).Lock(ctx)
 		require.NoError(t, err)

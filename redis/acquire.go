@@ -8,6 +8,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // attempter makes one acquire attempt. On contention it returns an error
@@ -23,7 +25,7 @@ type attempter interface {
 // holder's remaining validity), or ctx, and attempt again.
 func acquire(ctx context.Context, a attempter, name string, o *options, clients []goredis.UniversalClient, channel string) (*Grant, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redis: lock %q: %w", name, err)
+		return nil, errs.New("redis", name, "lock", err)
 	}
 	g, retryIn, err := a.attempt(ctx)
 	if g != nil {
@@ -37,7 +39,7 @@ func acquire(ctx context.Context, a attempter, name string, o *options, clients 
 	}()
 	for n := 0; ; n++ {
 		if cerr := ctx.Err(); cerr != nil {
-			return nil, fmt.Errorf("redis: lock %q: %w (last attempt: %v)", name, cerr, err)
+			return nil, errs.New("redis", name, "lock", fmt.Errorf("%w (last attempt: %v)", cerr, err))
 		}
 		if w == nil {
 			w = subscribe(ctx, clients, channel, o.nodeTimeout)
@@ -50,7 +52,7 @@ func acquire(ctx context.Context, a attempter, name string, o *options, clients 
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, fmt.Errorf("redis: lock %q: %w (last attempt: %v)", name, ctx.Err(), err)
+				return nil, errs.New("redis", name, "lock", fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err))
 			case <-w.c:
 			case <-t.C:
 			}
@@ -142,10 +144,4 @@ func (w *waker) close() {
 		_ = ps.Close()
 	}
 	w.wg.Wait()
-}
-
-// cleanupCtx returns a context for cleanup after ctx ended or failed:
-// detached from ctx's cancellation, bounded by d.
-func cleanupCtx(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }

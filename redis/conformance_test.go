@@ -56,6 +56,8 @@ func mutexBackend(t *testing.T, opts ...redis.Option) locktest.Backend {
 			"negative ttl":     func() error { _, err := redis.New(admin, "x", redis.WithTTL(-time.Second)); return err },
 			"drift factor 0.5": func() error { _, err := redis.New(admin, "x", redis.WithDriftFactor(0.5)); return err },
 			"drift factor -1":  func() error { _, err := redis.New(admin, "x", redis.WithDriftFactor(-1)); return err },
+			"nil option":       func() error { _, err := redis.New(admin, "x", nil); return err },
+			"owner with space": func() error { _, err := redis.New(admin, "x", redis.WithOwner("a b")); return err },
 		},
 		Timeout: 20 * time.Second,
 	}

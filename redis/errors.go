@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -13,22 +14,22 @@ import (
 var (
 	// ErrLocked is returned by TryLock when another grant holds the lock. It
 	// matches lock.ErrLocked.
-	ErrLocked error = &sentinel{"redis: locked by another holder", lock.ErrLocked}
+	ErrLocked = errs.Also("redis: locked by another holder", lock.ErrLocked)
 
 	// ErrLockLost is returned by Unlock and Extend (and reported by
 	// Grant.Err) when the grant ended first: its local validity ran out, or
 	// the key was found deleted or owned by another grant. It matches
 	// lock.ErrLockLost.
-	ErrLockLost error = &sentinel{"redis: lock lost", lock.ErrLockLost}
+	ErrLockLost = errs.Also("redis: lock lost", lock.ErrLockLost)
 
 	// ErrInvalidOption is returned by New and NewRedlock for a nil or missing
 	// client or a bad option value; the message names the field. It matches
 	// lock.ErrInvalidOption.
-	ErrInvalidOption error = &sentinel{"redis: invalid option", lock.ErrInvalidOption}
+	ErrInvalidOption = errs.Also("redis: invalid option", lock.ErrInvalidOption)
 
 	// ErrInvalidName is returned by New and NewRedlock for a lock name that
 	// lock.ValidateName rejects. It matches lock.ErrInvalidName.
-	ErrInvalidName error = &sentinel{"redis: invalid name", lock.ErrInvalidName}
+	ErrInvalidName = errs.Also("redis: invalid name", lock.ErrInvalidName)
 
 	// ErrNoQuorum is returned by Redlock's Lock, TryLock, Extend and Unlock
 	// when fewer than a majority of the nodes acted on the request. The
@@ -41,15 +42,6 @@ var (
 	// timeout. The grant is released before the error is returned.
 	ErrNotReplicated = errors.New("redis: grant not acknowledged by enough replicas")
 )
-
-// sentinel is an error with its own message that also matches base.
-type sentinel struct {
-	msg  string
-	base error
-}
-
-func (e *sentinel) Error() string { return e.msg }
-func (e *sentinel) Unwrap() error { return e.base }
 
 // NodeError is the error of one Redlock node.
 type NodeError struct {
@@ -89,7 +81,7 @@ type QuorumError struct {
 // Error says how many nodes acted and why the others did not.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "redis: redlock %q: %s: no quorum: %d of %d nodes, need %d", e.Name, e.Op, e.OK, e.Nodes, e.Quorum)
+	fmt.Fprintf(&b, "redis: %q: %s: no quorum: %d of %d nodes, need %d", e.Name, e.Op, e.OK, e.Nodes, e.Quorum)
 	if e.Held > 0 {
 		if e.Op == "lock" {
 			fmt.Fprintf(&b, "; held by another grant on %d", e.Held)

@@ -68,7 +68,7 @@ func ExampleNewRedlock() {
 	}
 	defer h.Unlock(ctx)
 	// Redlock has no fencing token: a guard refuses it.
-	fmt.Println(lock.CapabilitiesOf(r).FencingTokens, h.Token().Seq)
+	fmt.Println(r.Capabilities().FencingTokens, h.Token().Seq)
 }
 
 func ExampleGrant_Extend() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -67,10 +68,7 @@ type Grant struct {
 	timer    *time.Timer
 }
 
-var (
-	_ lock.Held  = (*Grant)(nil)
-	_ lock.Errer = (*Grant)(nil)
-)
+var _ lock.Held = (*Grant)(nil)
 
 // newGrant starts the validity timer (and the watchdog, if o asks for it) of
 // a grant whose acquire was sent at start. The caller has checked that the
@@ -132,7 +130,7 @@ func (g *Grant) Deadline() time.Time {
 // its old deadline as they were.
 func (g *Grant) Extend(ctx context.Context) error {
 	if err := g.Err(); err != nil {
-		return fmt.Errorf("redis: lock %q: extend: %w", g.name, err)
+		return errs.New("redis", g.name, "extend", err)
 	}
 	g.extendMu.Lock()
 	defer g.extendMu.Unlock()
@@ -141,7 +139,7 @@ func (g *Grant) Extend(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.state != stateHeld {
-		return fmt.Errorf("redis: lock %q: extend: %w", g.name, g.err)
+		return errs.New("redis", g.name, "extend", g.err)
 	}
 	if !time.Now().Before(g.deadline) {
 		g.endLocked(g.expiredErr())
@@ -149,10 +147,10 @@ func (g *Grant) Extend(ctx context.Context) error {
 	}
 	if err != nil {
 		if errors.Is(err, ErrLockLost) {
-			g.endLocked(fmt.Errorf("redis: lock %q: extend: %w", g.name, err))
+			g.endLocked(errs.New("redis", g.name, "extend", err))
 			return g.err
 		}
-		return fmt.Errorf("redis: lock %q: extend: %w", g.name, err)
+		return errs.New("redis", g.name, "extend", err)
 	}
 	if nd := start.Add(g.ttl - g.drift); nd.After(g.deadline) {
 		g.deadline = nd
@@ -197,7 +195,7 @@ func (g *Grant) Unlock(ctx context.Context) error {
 	case rerr == nil || errors.Is(rerr, ErrLockLost):
 		g.released = true
 		if rerr != nil && !wasLost {
-			g.err = fmt.Errorf("redis: lock %q: unlock: %w", g.name, rerr)
+			g.err = errs.New("redis", g.name, "unlock", rerr)
 			wasLost = true
 		}
 		if wasLost {
@@ -205,9 +203,9 @@ func (g *Grant) Unlock(ctx context.Context) error {
 		}
 		return g.result
 	case wasLost:
-		return fmt.Errorf("%w (and the release failed: %v)", g.err, rerr)
+		return errs.New("redis", g.name, "unlock", fmt.Errorf("%w (and the release failed: %v)", g.err, rerr))
 	default:
-		return fmt.Errorf("redis: lock %q: unlock: %w", g.name, rerr)
+		return errs.New("redis", g.name, "unlock", rerr)
 	}
 }
 
@@ -222,7 +220,7 @@ func (g *Grant) expire() {
 }
 
 func (g *Grant) expiredErr() error {
-	return fmt.Errorf("redis: lock %q: local validity ran out: %w", g.name, ErrLockLost)
+	return errs.New("redis", g.name, "", fmt.Errorf("local validity ran out: %w", ErrLockLost))
 }
 
 // endLocked ends the grant with err: Done closes, the timer and the watchdog

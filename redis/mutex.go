@@ -8,6 +8,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/cleanup"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -30,10 +32,7 @@ type Mutex struct {
 	o      options
 }
 
-var (
-	_ lock.Locker    = (*Mutex)(nil)
-	_ lock.Describer = (*Mutex)(nil)
-)
+var _ lock.Locker = (*Mutex)(nil)
 
 // New returns a Mutex for the lock called name on client. It validates name
 // with lock.ValidateName (errors match ErrInvalidName) and the options
@@ -43,14 +42,8 @@ func New(client goredis.UniversalClient, name string, opts ...Option) (*Mutex, e
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
 	}
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidName, err)
-	}
-	o := defaults()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := o.validate(false); err != nil {
+	o, err := build(name, opts, false)
+	if err != nil {
 		return nil, err
 	}
 	if o.replicas > 0 {
@@ -97,7 +90,7 @@ func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
 // a *Grant.
 func (m *Mutex) TryLock(ctx context.Context) (lock.Held, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redis: lock %q: %w", m.name, err)
+		return nil, errs.New("redis", m.name, "try lock", err)
 	}
 	g, _, err := m.attempt(ctx)
 	if err != nil {
@@ -114,7 +107,7 @@ func (m *Mutex) Owner(ctx context.Context) (owner string, held bool, err error) 
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("redis: lock %q: owner: %w", m.name, err)
+		return "", false, errs.New("redis", m.name, "owner", err)
 	}
 	return ownerOf(v), true, nil
 }
@@ -126,19 +119,19 @@ func (m *Mutex) attempt(ctx context.Context) (*Grant, time.Duration, error) {
 	if err != nil {
 		// The script may have run although we saw no reply (a cancel, a
 		// timeout): delete what may be ours.
-		cctx, cancel := cleanupCtx(ctx, releaseTimeout)
+		cctx, cancel := cleanup.Context(ctx)
 		_ = m.releaseOn(cctx, m.client, value)
 		cancel()
-		return nil, 0, fmt.Errorf("redis: lock %q: %w", m.name, err)
+		return nil, 0, errs.New("redis", m.name, "lock", err)
 	}
 	if !granted {
-		return nil, time.Duration(n) * time.Millisecond, fmt.Errorf("redis: lock %q: %w", m.name, ErrLocked)
+		return nil, time.Duration(n) * time.Millisecond, errs.New("redis", m.name, "lock", ErrLocked)
 	}
 	if !time.Now().Before(start.Add(m.o.ttl - m.o.driftAllowance())) {
-		cctx, cancel := cleanupCtx(ctx, releaseTimeout)
+		cctx, cancel := cleanup.Context(ctx)
 		_ = m.releaseOn(cctx, m.client, value)
 		cancel()
-		return nil, 0, fmt.Errorf("redis: lock %q: no validity left after the acquire round trip (ttl %v)", m.name, m.o.ttl)
+		return nil, 0, errs.New("redis", m.name, "lock", fmt.Errorf("no validity left after the acquire round trip (ttl %v)", m.o.ttl))
 	}
 	return newGrant(m.name, uint64(n), value, m, &m.o, start), 0, nil
 }

@@ -2,8 +2,11 @@ package redis
 
 import (
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/option"
+
+	"github.com/dlock-go/dlock/internal/names"
 )
 
 // Defaults for the options, in one place.
@@ -32,9 +35,6 @@ const (
 	// driftFloor is subtracted from every validity on top of the drift
 	// factor: the resolution of Redis' expiry clock and ours.
 	driftFloor = 2 * time.Millisecond
-	// releaseTimeout bounds the detached cleanup after a failed or cancelled
-	// acquire.
-	releaseTimeout = 5 * time.Second
 )
 
 // Option configures a Mutex or a Redlock. Options that apply to one of them
@@ -130,6 +130,32 @@ func (o *options) driftAllowance() time.Duration {
 	return time.Duration(float64(o.ttl)*o.drift) + driftFloor
 }
 
+// ValidateOptions reports whether New would accept opts, without I/O:
+// errors match ErrInvalidOption and name the option.
+func ValidateOptions(opts ...Option) error {
+	_, err := build("-", opts, false)
+	return err
+}
+
+// ValidateRedlockOptions reports whether NewRedlock would accept opts.
+func ValidateRedlockOptions(opts ...Option) error {
+	_, err := build("-", opts, true)
+	return err
+}
+
+// build validates name and applies opts to the defaults, then validates
+// the result (see validate).
+func build(name string, opts []Option, redlock bool) (options, error) {
+	o := defaults()
+	if err := names.Name(name); err != nil {
+		return o, fmt.Errorf("%w: %w", ErrInvalidName, err)
+	}
+	if err := option.Apply(&o, opts); err != nil {
+		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return o, o.validate(redlock)
+}
+
 // validate checks the options; redlock adds the checks that only Redlock needs.
 func (o *options) validate(redlock bool) error {
 	if o.ttl <= 0 {
@@ -141,8 +167,8 @@ func (o *options) validate(redlock bool) error {
 	if d := o.driftAllowance(); o.ttl <= d {
 		return fmt.Errorf("%w: ttl %v must be longer than the drift allowance %v", ErrInvalidOption, o.ttl, d)
 	}
-	if strings.ContainsAny(o.prefix, "{}") {
-		return fmt.Errorf("%w: key prefix %q must not contain '{' or '}'", ErrInvalidOption, o.prefix)
+	if err := names.RedisPrefix(o.prefix); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if o.retryMin <= 0 {
 		return fmt.Errorf("%w: retry min %v must be positive", ErrInvalidOption, o.retryMin)
@@ -153,19 +179,17 @@ func (o *options) validate(redlock bool) error {
 	if o.nodeTimeout <= 0 {
 		return fmt.Errorf("%w: node timeout %v must be positive", ErrInvalidOption, o.nodeTimeout)
 	}
+	if redlock && o.replicas > 0 {
+		return fmt.Errorf("%w: replicas: WithReplicas is for the single-node Mutex, not Redlock", ErrInvalidOption)
+	}
 	if redlock && o.nodeTimeout >= o.ttl {
 		return fmt.Errorf("%w: node timeout %v must be shorter than ttl %v", ErrInvalidOption, o.nodeTimeout, o.ttl)
 	}
 	if o.maxHold < 0 {
 		return fmt.Errorf("%w: auto-extend max hold %v must not be negative", ErrInvalidOption, o.maxHold)
 	}
-	if len(o.owner) > 256 {
-		return fmt.Errorf("%w: owner is %d bytes, longer than 256", ErrInvalidOption, len(o.owner))
-	}
-	for i := 0; i < len(o.owner); i++ {
-		if c := o.owner[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("%w: owner %q: byte %q at %d is not printable ASCII", ErrInvalidOption, o.owner, c, i)
-		}
+	if err := names.Owner(o.owner); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if o.replicas < 0 {
 		return fmt.Errorf("%w: replicas %d must not be negative", ErrInvalidOption, o.replicas)

@@ -8,6 +8,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/cleanup"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -36,10 +38,7 @@ type Redlock struct {
 	quorum  int
 }
 
-var (
-	_ lock.Locker    = (*Redlock)(nil)
-	_ lock.Describer = (*Redlock)(nil)
-)
+var _ lock.Locker = (*Redlock)(nil)
 
 // NewRedlock returns a Redlock for the lock called name over clients, one
 // per independent master. It needs at least MinRedlockNodes clients, none
@@ -71,18 +70,9 @@ func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) 
 			}
 		}
 	}
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidName, err)
-	}
-	o := defaults()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := o.validate(true); err != nil {
+	o, err := build(name, opts, true)
+	if err != nil {
 		return nil, err
-	}
-	if o.replicas > 0 {
-		return nil, fmt.Errorf("%w: replicas: WithReplicas is for the single-node Mutex, not Redlock", ErrInvalidOption)
 	}
 	return &Redlock{
 		clients: append([]goredis.UniversalClient(nil), clients...),
@@ -130,7 +120,7 @@ func (r *Redlock) Lock(ctx context.Context) (lock.Held, error) {
 // lock.Held is a *Grant whose Token has Seq 0.
 func (r *Redlock) TryLock(ctx context.Context) (lock.Held, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redis: redlock %q: %w", r.name, err)
+		return nil, errs.New("redis", r.name, "try lock", err)
 	}
 	g, _, err := r.attempt(ctx)
 	if err != nil {
@@ -198,7 +188,7 @@ func (r *Redlock) attempt(ctx context.Context) (*Grant, time.Duration, error) {
 	qe.Expired = qe.OK >= r.quorum
 	// Release everywhere, including nodes that failed: the SET may have
 	// landed without its reply reaching us.
-	cctx, cancel := cleanupCtx(ctx, releaseTimeout)
+	cctx, cancel := cleanup.Context(ctx)
 	defer cancel()
 	_ = r.release(cctx, value)
 	return nil, 0, qe

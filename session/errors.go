@@ -1,6 +1,10 @@
 package session
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/dlock-go/dlock/internal/errs"
+)
 
 var (
 	// ErrInvalidOption is returned by New for a bad option or a nil client;
@@ -18,10 +22,5 @@ var (
 
 	// ErrLeaseGone is reported by Err when the server reported the lease
 	// missing (expired or revoked by someone else). It matches ErrExpired.
-	ErrLeaseGone = &leaseGoneError{}
+	ErrLeaseGone = errs.Also("session: lease gone on the server", ErrExpired)
 )
-
-type leaseGoneError struct{}
-
-func (*leaseGoneError) Error() string        { return "session: lease gone on the server" }
-func (*leaseGoneError) Is(target error) bool { return target == ErrExpired }

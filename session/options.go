@@ -3,6 +3,8 @@ package session
 import (
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/option"
 )
 
 // Defaults for the options. Each option's doc says how it is validated.
@@ -21,12 +23,27 @@ type options struct {
 	ttl       time.Duration
 	heartbeat time.Duration // 0: ttl/3
 	margin    time.Duration // -1: default
-	leaseID   int64         // reuse an existing lease; 0: grant a new one
-	now       func() time.Time
 }
 
 func defaults() options {
-	return options{ttl: DefaultTTL, margin: -1, now: time.Now}
+	return options{ttl: DefaultTTL, margin: -1}
+}
+
+// ValidateOptions reports whether New would accept opts, without I/O:
+// errors match ErrInvalidOption and name the option. Use it to check a
+// configuration at startup.
+func ValidateOptions(opts ...Option) error {
+	_, err := build(opts)
+	return err
+}
+
+// build applies opts to the defaults and validates the result.
+func build(opts []Option) (options, error) {
+	o := defaults()
+	if err := option.Apply(&o, opts); err != nil {
+		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return o, o.validate()
 }
 
 // WithTTL sets the lease TTL. Optional, defaults to DefaultTTL (10s). It must

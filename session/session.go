@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/internal/local"
 )
 
 // Session is one etcd lease kept alive by one heartbeat loop. Every key a
@@ -51,14 +53,11 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	if cli == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
 	}
-	o := defaults()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := o.validate(); err != nil {
+	o, err := build(opts)
+	if err != nil {
 		return nil, err
 	}
-	sent := o.now()
+	sent := time.Now()
 	resp, err := cli.Grant(ctx, int64(o.ttl/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("session: grant lease: %w", err)
@@ -69,7 +68,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 
 func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline time.Time) *Session {
 	loopCtx, stop := context.WithCancel(context.Background())
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(local.NewContext(context.Background(), new(local.Store)))
 	s := &Session{
 		ctx:       ctx,
 		cancel:    cancel,
@@ -82,7 +81,7 @@ func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline t
 		loopDone:  make(chan struct{}),
 		deadline:  deadline,
 	}
-	go s.run(loopCtx, o.now())
+	go s.run(loopCtx, time.Now())
 	return s
 }
 
@@ -226,7 +225,7 @@ func (s *Session) run(ctx context.Context, lastSend time.Time) {
 		case <-hb.C:
 			expire.Stop()
 		}
-		sent := s.opts.now()
+		sent := time.Now()
 		kctx, cancel := context.WithDeadline(ctx, deadline)
 		resp, err := s.cli.KeepAliveOnce(kctx, s.id)
 		cancel()

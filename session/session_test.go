@@ -16,17 +16,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func ctxFor(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestBadOptions(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	cases := []struct {
 		name  string
 		cli   *clientv3.Client
@@ -42,6 +35,7 @@ func TestBadOptions(t *testing.T) {
 		{"negative heartbeat", cli, []session.Option{session.WithHeartbeat(-time.Second)}, "heartbeat"},
 		{"margin too large", cli, []session.Option{session.WithTTL(6 * time.Second), session.WithHeartbeat(2 * time.Second), session.WithSafetyMargin(4 * time.Second)}, "margin"},
 		{"negative margin", cli, []session.Option{session.WithSafetyMargin(-2 * time.Second)}, "margin"},
+		{"nil option", cli, []session.Option{session.WithTTL(5 * time.Second), nil}, "option 1 is nil"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,7 +54,7 @@ func TestBadOptions(t *testing.T) {
 func TestCloseRevokes(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	s, err := session.New(ctx, cli)
 	require.NoError(t, err)
 	assert.Equal(t, session.DefaultTTL, s.TTL())
@@ -91,7 +85,7 @@ func TestCloseRevokes(t *testing.T) {
 func TestHeartbeatExtendsDeadline(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	s, err := session.New(ctx, cli, session.WithTTL(2*time.Second), session.WithHeartbeat(100*time.Millisecond))
 	require.NoError(t, err)
 	defer s.Close(ctx)
@@ -121,7 +115,7 @@ func TestHeartbeatExtendsDeadline(t *testing.T) {
 func TestRevokedElsewhere(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	s, err := session.New(ctx, cli, session.WithTTL(3*time.Second), session.WithHeartbeat(200*time.Millisecond))
 	require.NoError(t, err)
 	defer s.Close(ctx)
@@ -141,7 +135,7 @@ func TestRevokedElsewhere(t *testing.T) {
 // it).
 func TestLocalDeadlineBeforeServerExpiry(t *testing.T) {
 	c := etcdtest.New(t)
-	ctx := ctxFor(t)
+	ctx := etcdtest.Context(t)
 	pcli, proxy := c.ProxiedClient(t)
 	s, err := session.New(ctx, pcli, session.WithTTL(2*time.Second))
 	require.NoError(t, err)
@@ -165,7 +159,7 @@ func TestLocalDeadlineBeforeServerExpiry(t *testing.T) {
 
 func TestGrantFailsOnDeadContext(t *testing.T) {
 	c := etcdtest.New(t)
-	ctx, cancel := context.WithCancel(ctxFor(t))
+	ctx, cancel := context.WithCancel(etcdtest.Context(t))
 	cancel()
 	_, err := session.New(ctx, c.Client(t))
 	assert.ErrorIs(t, err, context.Canceled)

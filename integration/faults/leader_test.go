@@ -67,5 +67,5 @@ func TestLeaderKilledUnderContention(t *testing.T) {
 	assert.Equal(t, porcupine.Ok, res, "mutex history; visualization: %s", path)
 	res, path = faults.Check(t, faults.FencedRegister, con.res.hist.Ops())
 	assert.Equal(t, porcupine.Ok, res, "register history; visualization: %s", path)
-	assert.Zero(t, keyCount(t, c.Client(t), "dlock/lock/leader-kill/"), "no keys left")
+	assert.Zero(t, etcdtest.KeyCount(t, c.Client(t), "dlock/lock/leader-kill/"), "no keys left")
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/httpfence"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/faults"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
@@ -61,37 +62,13 @@ func TestMain(m *testing.M) {
 // testTimeout bounds every scenario's waits.
 const testTimeout = 90 * time.Second
 
-func ctxFor(t testing.TB) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func newSession(t testing.TB, cli *clientv3.Client, opts ...session.Option) *session.Session {
-	t.Helper()
-	s, err := session.New(ctxFor(t), cli, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	})
-	return s
-}
+func ctxFor(t testing.TB) context.Context { return etcdtest.ContextFor(t, testTimeout) }
 
 func newMutex(t testing.TB, s *session.Session, name string) *lock.Mutex {
 	t.Helper()
 	m, err := lock.New(s, name)
 	require.NoError(t, err)
 	return m
-}
-
-func keyCount(t testing.TB, cli *clientv3.Client, prefix string) int64 {
-	t.Helper()
-	resp, err := cli.Get(ctxFor(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	require.NoError(t, err)
-	return resp.Count
 }
 
 // waitEvents reads n events of type typ (and the keys they touch) from w.

@@ -32,13 +32,13 @@ func TestPartitionedHolderDoneBeforeNextGrant(t *testing.T) {
 			ctx := ctxFor(t)
 			name := fmt.Sprintf("partition-%d", run)
 			pcli, proxy := c.ProxiedClient(t)
-			ps := newSession(t, pcli, session.WithTTL(2*time.Second))
+			ps := etcdtest.Session(t, pcli, session.WithTTL(2*time.Second))
 			t.Cleanup(proxy.Unblackhole) // runs before the session's Close
 			held, err := newMutex(t, ps, name).Lock(ctx)
 			require.NoError(t, err)
 			held.Done() // start watching, as a real holder would
 
-			wm := newMutex(t, newSession(t, cli), name)
+			wm := newMutex(t, etcdtest.Session(t, cli), name)
 			w := cli.Watch(ctx, wm.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(held.Token().Seq)+1))
 			type result struct {
 				h           lock.Held
@@ -65,7 +65,7 @@ func TestPartitionedHolderDoneBeforeNextGrant(t *testing.T) {
 			require.NoError(t, r.err)
 			assert.True(t, r.holderEnded, "the partitioned holder's Done must be closed when the waiter is granted")
 			assert.Greater(t, r.h.Token().Seq, held.Token().Seq)
-			assert.ErrorIs(t, held.(lock.Errer).Err(), lock.ErrLockLost)
+			assert.ErrorIs(t, held.Err(), lock.ErrLockLost)
 			assert.ErrorIs(t, ps.Err(), session.ErrExpired)
 			t.Logf("holder cut off; next grant %v later", r.at.Sub(cut).Round(time.Millisecond))
 
@@ -75,7 +75,7 @@ func TestPartitionedHolderDoneBeforeNextGrant(t *testing.T) {
 			err = unlockRetry(ctx, held)
 			assert.True(t, errors.Is(err, lock.ErrLockLost), "a late Unlock reports the loss: %v", err)
 			require.NoError(t, r.h.Unlock(ctx))
-			assert.Zero(t, keyCount(t, cli, wm.Prefix()))
+			assert.Zero(t, etcdtest.KeyCount(t, cli, wm.Prefix()))
 		})
 	}
 }
@@ -105,13 +105,13 @@ func TestUnlockAfterLossReportsLoss(t *testing.T) {
 	c := etcdtest.New(t)
 	ctx := ctxFor(t)
 	pcli, proxy := c.ProxiedClient(t)
-	ps := newSession(t, pcli, session.WithTTL(2*time.Second))
+	ps := etcdtest.Session(t, pcli, session.WithTTL(2*time.Second))
 	t.Cleanup(proxy.Unblackhole) // runs before the session's Close
 	held, err := newMutex(t, ps, "unlock-after-loss").Lock(ctx)
 	require.NoError(t, err)
 	proxy.Blackhole()
 	<-held.Done()
-	require.ErrorIs(t, held.(lock.Errer).Err(), lock.ErrLockLost)
+	require.ErrorIs(t, held.Err(), lock.ErrLockLost)
 
 	uctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()

@@ -69,7 +69,7 @@ func TestPausedHolder(t *testing.T) {
 			// (its key is deleted) and another client has been granted.
 			waitEvents(t, ctx, w, clientv3.EventTypeDelete, 1)
 
-			h, err := newMutex(t, newSession(t, cli), lockName).Lock(ctx)
+			h, err := newMutex(t, etcdtest.Session(t, cli), lockName).Lock(ctx)
 			require.NoError(t, err)
 			require.Greater(t, h.Token().Seq, stale, "the next grant's token is higher")
 			require.Equal(t, 200, res.post(t, ctx, 1, h.Token(), "fresh"))

@@ -34,7 +34,7 @@ func TestExpiredWaiterNeverGranted(t *testing.T) {
 
 	t.Run("paused", func(t *testing.T) {
 		ctx := ctxFor(t)
-		hm := newMutex(t, newSession(t, cli), "expired-paused")
+		hm := newMutex(t, etcdtest.Session(t, cli), "expired-paused")
 		h, err := hm.Lock(ctx)
 		require.NoError(t, err)
 		w := cli.Watch(ctx, hm.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(int64(h.Token().Seq)+1))
@@ -46,25 +46,25 @@ func TestExpiredWaiterNeverGranted(t *testing.T) {
 		require.Equal(t, queued, gone, "the server expired the paused waiter's key")
 
 		require.NoError(t, h.Unlock(ctx))
-		next, err := newMutex(t, newSession(t, cli), "expired-paused").Lock(ctx)
+		next, err := newMutex(t, etcdtest.Session(t, cli), "expired-paused").Lock(ctx)
 		require.NoError(t, err)
 		ch.signal(t, syscall.SIGCONT)
 		out := ch.line(t, ctx)
 		assert.True(t, strings.HasPrefix(out, "ERR "), "the expired waiter must not be granted: %q", out)
 		assert.Contains(t, out, "session done")
-		assert.Equal(t, int64(1), keyCount(t, cli, hm.Prefix()), "only the new holder's key remains")
+		assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, hm.Prefix()), "only the new holder's key remains")
 		require.NoError(t, next.Unlock(ctx))
 	})
 
 	t.Run("partitioned", func(t *testing.T) {
 		ctx := ctxFor(t)
-		hm := newMutex(t, newSession(t, cli), "expired-cut")
+		hm := newMutex(t, etcdtest.Session(t, cli), "expired-cut")
 		h, err := hm.Lock(ctx)
 		require.NoError(t, err)
 		w := cli.Watch(ctx, hm.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(int64(h.Token().Seq)+1))
 
 		pcli, proxy := c.ProxiedClient(t)
-		ws := newSession(t, pcli, session.WithTTL(2*time.Second))
+		ws := etcdtest.Session(t, pcli, session.WithTTL(2*time.Second))
 		t.Cleanup(proxy.Unblackhole)
 		wm := newMutex(t, ws, "expired-cut")
 		errc := make(chan error, 1)
@@ -78,7 +78,7 @@ func TestExpiredWaiterNeverGranted(t *testing.T) {
 		queued := waitEvents(t, ctx, w, clientv3.EventTypePut, 1)[0]
 		// A live waiter queued behind the doomed one.
 		nextc := make(chan lock.Held, 1)
-		nm := newMutex(t, newSession(t, cli), "expired-cut")
+		nm := newMutex(t, etcdtest.Session(t, cli), "expired-cut")
 		go func() {
 			g, err := nm.Lock(ctx)
 			assert.NoError(t, err)
@@ -98,7 +98,7 @@ func TestExpiredWaiterNeverGranted(t *testing.T) {
 		assert.Greater(t, next.Token().Seq, h.Token().Seq)
 		proxy.Unblackhole()
 		require.NoError(t, next.Unlock(ctx))
-		assert.Zero(t, keyCount(t, cli, hm.Prefix()))
+		assert.Zero(t, etcdtest.KeyCount(t, cli, hm.Prefix()))
 	})
 }
 
@@ -122,7 +122,7 @@ func TestSessionExpiryStorm(t *testing.T) {
 
 	var doomedSessions []*session.Session
 	for range doomed {
-		doomedSessions = append(doomedSessions, newSession(t, pcli, session.WithTTL(2*time.Second)))
+		doomedSessions = append(doomedSessions, etcdtest.Session(t, pcli, session.WithTTL(2*time.Second)))
 	}
 	t.Cleanup(proxy.Unblackhole)
 	first, err := newMutex(t, doomedSessions[0], name).Lock(ctx)
@@ -177,7 +177,7 @@ func TestSessionExpiryStorm(t *testing.T) {
 				d++
 			}
 		}
-		enqueue(newMutex(t, newSession(t, cli), name), true)
+		enqueue(newMutex(t, etcdtest.Session(t, cli), name), true)
 	}
 	require.Equal(t, doomed, d, "every doomed session is queued")
 	require.Len(t, liveQueued, live)
@@ -193,14 +193,14 @@ func TestSessionExpiryStorm(t *testing.T) {
 		assert.ErrorIs(t, err, lock.ErrSessionDone, "a doomed waiter must not be granted")
 	}
 	<-first.Done()
-	assert.ErrorIs(t, first.(lock.Errer).Err(), lock.ErrLockLost)
+	assert.ErrorIs(t, first.Err(), lock.ErrLockLost)
 	wg.Wait()
 	t.Logf("storm drained %v after the cut", time.Since(start).Round(time.Millisecond))
 
 	assert.Zero(t, overlaps.Load(), "two live waiters held the lock at once")
 	assert.Equal(t, liveQueued, grantOrder, "live waiters are granted in queue order")
 	assert.True(t, slices.IsSorted(grantTokens), "tokens increase: %v", grantTokens)
-	assert.Zero(t, keyCount(t, cli, prefix), "no orphan keys")
+	assert.Zero(t, etcdtest.KeyCount(t, cli, prefix), "no orphan keys")
 	leases, err := cli.Leases(ctx)
 	require.NoError(t, err)
 	for _, l := range leases.Leases {

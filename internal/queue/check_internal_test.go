@@ -34,12 +34,10 @@ func TestCheckReadsLinearizablyBelowTheDeletion(t *testing.T) {
 	s, err := session.New(ctx, cli)
 	require.NoError(t, err)
 	defer s.Close(context.Background())
-	q := Queue{Client: cli, Prefix: "check/"}
+	q := New(cli, "check", "x", Exclusive)
 
-	a, _, err := q.Join(ctx, s, "a")
-	require.NoError(t, err)
-	b, pred, err := q.Join(ctx, s, "b")
-	require.NoError(t, err)
+	a, _ := join(t, ctx, q, s, "a")
+	b, pred := join(t, ctx, q, s, "b")
 	require.Equal(t, a.Key, string(pred.Key))
 
 	for _, tc := range []struct {
@@ -53,7 +51,7 @@ func TestCheckReadsLinearizablyBelowTheDeletion(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := requests.Load()
-			p, rev, err := q.check(ctx, b.Entry, tc.delRev)
+			p, rev, err := q.check(ctx, b.entry, tc.delRev)
 			require.NoError(t, err)
 			require.NotNil(t, p)
 			assert.Equal(t, a.Key, string(p.Key), "b's predecessor")
@@ -63,13 +61,13 @@ func TestCheckReadsLinearizablyBelowTheDeletion(t *testing.T) {
 	}
 
 	// a leaves: b is first. b leaves: check reports it gone.
-	_, err = q.Leave(ctx, a)
+	_, err = q.leave(ctx, a)
 	require.NoError(t, err)
-	p, _, err := q.check(ctx, b.Entry, b.Rev)
+	p, _, err := q.check(ctx, b.entry, b.Rev)
 	require.NoError(t, err)
 	assert.Nil(t, p, "b is first")
-	_, err = q.Leave(ctx, b)
+	_, err = q.leave(ctx, b)
 	require.NoError(t, err)
-	_, _, err = q.check(ctx, b.Entry, b.Rev)
+	_, _, err = q.check(ctx, b.entry, b.Rev)
 	assert.ErrorIs(t, err, ErrEntryGone)
 }

@@ -4,20 +4,19 @@ import (
 	"context"
 	"sync"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/dlock-go/dlock/session"
 )
 
-// Hold is the life of a granted entry (a lock grant, a leadership term):
-// it ends when the session ends (synchronously, before the session's own
-// Done closes), when the entry's key is deleted (seen by a watch started on
-// the first call to Done), or on Release. It is safe for concurrent use.
+// Hold is the life of a granted entry (a lock grant, a leadership term).
+// It ends when the session ends (synchronously, before the session's own
+// Done closes), when the entry's key is seen deleted (by a watch started
+// on the first call to Done), or on Release. It is safe for concurrent use.
 type Hold struct {
-	q Queue
+	q *Queue
 	s *session.Session
-	t Ticket
-
-	lostBySession func() error // the error when the session ends
-	lostByDelete  func() error // the error when the key is deleted
+	t ticket
 
 	stopHook    func() bool // unregisters the session AfterDone hook
 	watchOnce   sync.Once
@@ -34,16 +33,23 @@ type Hold struct {
 	goneSeen  bool // the watcher saw the key deleted while releasing
 }
 
-// NewHold starts the hold of ticket t, granted on session s. If the session
+// newHold starts the hold of ticket t, granted on session s. If the session
 // has already ended, the hold is ended at once (check Err).
-func NewHold(q Queue, s *session.Session, t Ticket, lostBySession, lostByDelete func() error) *Hold {
-	h := &Hold{q: q, s: s, t: t, lostBySession: lostBySession, lostByDelete: lostByDelete, done: make(chan struct{})}
-	h.stopHook = s.AfterDone(func() { h.End(h.lostBySession()) })
+func newHold(q *Queue, s *session.Session, t ticket) *Hold {
+	h := &Hold{q: q, s: s, t: t, done: make(chan struct{})}
+	h.stopHook = s.AfterDone(func() { h.end(&endedError{s.Err()}) })
 	return h
 }
 
-// Ticket returns the held entry.
-func (h *Hold) Ticket() Ticket { return h.t }
+// Key returns the held entry's key.
+func (h *Hold) Key() string { return h.t.Key }
+
+// Rev returns the held entry's create revision: its fencing token.
+func (h *Hold) Rev() int64 { return h.t.Rev }
+
+// Owned returns a Cmp that holds only while the entry's key exists with
+// its create revision, for etcd writes conditional on the hold.
+func (h *Hold) Owned() clientv3.Cmp { return h.t.Owned() }
 
 // Done returns a channel closed when the hold ends. The first call starts
 // the watch on the key.
@@ -52,15 +58,17 @@ func (h *Hold) Done() <-chan struct{} {
 	return h.done
 }
 
-// Err returns nil while the hold looks live, then why it ended.
+// Err returns nil while the hold looks live, then why it ended:
+// ErrReleased, ErrEntryGone, or ErrSessionEnded (also matching the
+// session's Err).
 func (h *Hold) Err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.err
 }
 
-// End ends the hold with err, once.
-func (h *Hold) End(err error) {
+// end ends the hold with err, once.
+func (h *Hold) end(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err == nil {
@@ -81,7 +89,7 @@ func (h *Hold) startWatch() {
 	h.cancelWatch, h.watchDone = cancel, make(chan struct{})
 	go func() {
 		defer close(h.watchDone)
-		if !h.q.WatchGone(ctx, h.t.Entry, h.t.Rev+1) {
+		if !h.q.watchGone(ctx, h.t.entry, h.t.Rev+1) {
 			return
 		}
 		h.mu.Lock()
@@ -91,13 +99,13 @@ func (h *Hold) startWatch() {
 			return
 		}
 		h.mu.Unlock()
-		h.End(h.lostByDelete())
+		h.end(ErrEntryGone)
 	}()
 }
 
-// Stop stops the watcher, if one runs, waits for it, and unregisters the
+// stop stops the watcher, if one runs, waits for it, and unregisters the
 // session hook. Call it once the hold has ended.
-func (h *Hold) Stop() {
+func (h *Hold) stop() {
 	h.stopHook()
 	h.watchOnce.Do(func() {}) // no watcher may start from now on
 	h.mu.Lock()
@@ -111,17 +119,17 @@ func (h *Hold) Stop() {
 }
 
 // Release ends the hold by deleting the key, guarded by its create
-// revision so that it never deletes a later entry. It returns nil and ends
-// the hold with released on success, and nil again on later calls. If the
-// hold had already ended it returns Err() without I/O (the key is gone, or
-// goes with the lease). If the key turns out to be gone it ends the hold
-// with lostByDelete and returns that. If the delete fails (ctx, network),
-// it returns that error and Release may be retried.
-func (h *Hold) Release(ctx context.Context, released error) error {
+// revision so that it never deletes a later entry, and returns nil; later
+// calls return nil again. If the hold had already ended it returns Err()
+// without I/O (the key is gone, or goes with the lease). If the key turns
+// out to be gone, the hold ends with ErrEntryGone, which Release returns.
+// If the delete fails (ctx, network), Release returns that error, the
+// hold stays as it was, and Release may be retried.
+func (h *Hold) Release(ctx context.Context) error {
 	h.releaseMu.Lock()
 	defer h.releaseMu.Unlock()
 	if err := h.Err(); err != nil {
-		h.Stop()
+		h.stop()
 		h.mu.Lock()
 		ok := h.released
 		h.mu.Unlock()
@@ -133,7 +141,7 @@ func (h *Hold) Release(ctx context.Context, released error) error {
 	h.mu.Lock()
 	h.releasing = true
 	h.mu.Unlock()
-	deleted, err := h.q.Leave(ctx, h.t)
+	deleted, err := h.q.leave(ctx, h.t)
 	h.mu.Lock()
 	h.releasing = false
 	goneSeen := h.goneSeen
@@ -144,15 +152,15 @@ func (h *Hold) Release(ctx context.Context, released error) error {
 	switch {
 	case err != nil:
 		if goneSeen { // the watcher has exited: the hold must end here
-			h.End(h.lostByDelete())
+			h.end(ErrEntryGone)
 		}
 		return err
 	case !deleted:
-		h.End(h.lostByDelete())
+		h.end(ErrEntryGone)
 	default:
-		h.End(released)
+		h.end(ErrReleased)
 	}
-	h.Stop()
+	h.stop()
 	if deleted {
 		return nil
 	}

@@ -98,8 +98,6 @@ func (s *suite) ctx(t *testing.T) context.Context {
 	return ctx
 }
 
-func caps(l lock.Locker) lock.Capabilities { return lock.CapabilitiesOf(l) }
-
 // mustLock acquires l within the suite's timeout.
 func (s *suite) mustLock(t *testing.T, l lock.Locker) lock.Held {
 	t.Helper()
@@ -135,7 +133,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 	var wg sync.WaitGroup
 	for range handles {
 		l := s.b.New(t, n)
-		fencing := caps(l).FencingTokens
+		fencing := l.Capabilities().FencingTokens
 		for range perHandle {
 			wg.Go(func() {
 				for range perGoroutine {
@@ -235,9 +233,7 @@ func (s *suite) doneOnLoss(t *testing.T) {
 	case <-ctx.Done():
 		require.FailNow(t, "Done did not close after the grant was lost", "waited %v", s.timeout)
 	}
-	if e, ok := h.(lock.Errer); ok {
-		assert.ErrorIs(t, e.Err(), lock.ErrLockLost, "Err after loss")
-	}
+	assert.ErrorIs(t, h.Err(), lock.ErrLockLost, "Err after loss")
 	assert.ErrorIs(t, h.Unlock(ctx), lock.ErrLockLost, "Unlock after Done closed on loss")
 
 	h2 := s.mustLock(t, s.b.New(t, n))
@@ -270,9 +266,7 @@ func (s *suite) doubleUnlock(t *testing.T) {
 	require.NoError(t, h.Unlock(ctx), "first Unlock")
 	assert.NoError(t, h.Unlock(ctx), "second Unlock")
 	assert.True(t, isClosed(h.Done()), "Done open after Unlock")
-	if e, ok := h.(lock.Errer); ok {
-		assert.ErrorIs(t, e.Err(), lock.ErrUnlocked, "Err after Unlock")
-	}
+	assert.ErrorIs(t, h.Err(), lock.ErrUnlocked, "Err after Unlock")
 }
 
 // relock: the same handle locks, unlocks and locks again; with fencing the
@@ -283,7 +277,7 @@ func (s *suite) relock(t *testing.T) {
 	h1 := s.mustLock(t, l)
 	require.NoError(t, h1.Unlock(ctx), "Unlock")
 	h2 := s.mustLock(t, l)
-	if caps(l).FencingTokens {
+	if l.Capabilities().FencingTokens {
 		assert.Greater(t, h2.Token().Seq, h1.Token().Seq, "token of the second grant")
 	}
 	assert.NoError(t, h2.Unlock(ctx), "Unlock")
@@ -295,9 +289,7 @@ func (s *suite) capabilities(t *testing.T) {
 	ctx := s.ctx(t)
 	n := name(t)
 	l := s.b.New(t, n)
-	c := caps(l)
-	_, isDescriber := l.(lock.Describer)
-	assert.True(t, isDescriber, "a backend should implement lock.Describer")
+	c := l.Capabilities()
 	assert.NotZero(t, c.Liveness, "Capabilities.Liveness must be declared")
 
 	h := s.mustLock(t, l)

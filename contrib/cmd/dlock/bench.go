@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/cleanup"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -113,7 +115,7 @@ func (b *bencher) run(ctx context.Context) (benchResult, error) {
 	lockers := make([]lock.Locker, b.clients)
 	var opened []*dlock.Client
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		cctx, cancel := cleanup.Context(context.Background())
 		defer cancel()
 		for _, c := range opened {
 			c.Close(cctx)
@@ -171,7 +173,7 @@ func (b *bencher) run(ctx context.Context) (benchResult, error) {
 				mu.Lock()
 				lastRelease = time.Now()
 				mu.Unlock()
-				uctx, ucancel := context.WithTimeout(context.WithoutCancel(rctx), releaseTimeout)
+				uctx, ucancel := cleanup.Context(rctx)
 				if err := h.Unlock(uctx); err != nil {
 					mu.Lock()
 					res.errors++

@@ -200,7 +200,7 @@ func (d *demo) run(ctx context.Context) error {
 	// Only now does A look at its lock (a check before the write would not
 	// have helped: the pause can fall between the check and the write).
 	<-heldA.Done()
-	d.say("A", "checks its lock only now: %v", heldA.(lock.Errer).Err())
+	d.say("A", "checks its lock only now: %v", heldA.Err())
 
 	fmt.Fprintf(d.out, `
 Result for %q:

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/cleanup"
+
 	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
@@ -60,7 +62,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		cctx, cancel := cleanup.Context(context.Background())
 		defer cancel()
 		sess.Close(cctx)
 	}()
@@ -89,7 +91,7 @@ func campaign(ctx context.Context, e *env, el *election.Election, value string) 
 		return exitWith(exitLockLost, "leadership of %q lost: %v", el.Name(), term.Err())
 	case <-ctx.Done():
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	rctx, cancel := cleanup.Context(context.Background())
 	defer cancel()
 	if err := term.Resign(rctx); err != nil {
 		if errors.Is(err, election.ErrLeadershipLost) {

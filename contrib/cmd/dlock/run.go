@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/cleanup"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
@@ -53,9 +55,8 @@ Exit codes:
 
 // Defaults for run's flags.
 const (
-	defaultGrace   = 10 * time.Second
-	releaseTimeout = 5 * time.Second // bounds the unlock and lease revoke on the way out
-	exitNoCommand  = 127
+	defaultGrace  = 10 * time.Second
+	exitNoCommand = 127
 )
 
 func runRun(_ context.Context, e *env, args []string) error {
@@ -131,7 +132,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 	defer func() {
 		// For etcd this revokes the session's lease; for Redis it closes
 		// the connections (the grant is released before, by release).
-		cctx, ccancel := context.WithTimeout(context.Background(), releaseTimeout)
+		cctx, ccancel := cleanup.Context(context.Background())
 		defer ccancel()
 		client.Close(cctx)
 	}()
@@ -202,9 +203,9 @@ func runHolding(e *env, held lock.Held, name string, argv []string, grace time.D
 			signalGroup(cmd, s)
 		case <-lost:
 			lost, wasLost = nil, true
-			why := errors.New("lock lost")
-			if er, ok := held.(lock.Errer); ok && er.Err() != nil {
-				why = er.Err()
+			why := held.Err()
+			if why == nil {
+				why = errors.New("lock lost")
 			}
 			fmt.Fprintf(e.stderr, "dlock run: %s; stopping %s (SIGTERM now, SIGKILL in %v)\n", oneLine(why.Error()), argv[0], grace)
 			signalGroup(cmd, syscall.SIGTERM)
@@ -220,7 +221,7 @@ func runHolding(e *env, held lock.Held, name string, argv []string, grace time.D
 
 // release unlocks held with a bounded context detached from any signal.
 func release(held lock.Held) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	ctx, cancel := cleanup.Context(context.Background())
 	defer cancel()
 	held.Unlock(ctx)
 }

@@ -104,7 +104,7 @@ func run(endpoints, name string, ttl time.Duration, resource, value string, chec
 		}
 		select {
 		case <-h.Done():
-			fmt.Printf("LOST %v\n", h.(lock.Errer).Err())
+			fmt.Printf("LOST %v\n", h.Err())
 			return nil
 		default:
 		}

@@ -1,4 +1,4 @@
-package queue_test
+package queue
 
 import (
 	"context"
@@ -7,17 +7,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
-	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/session"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func setup(t *testing.T) (context.Context, *clientv3.Client, *session.Session, queue.Queue) {
+func setup(t *testing.T) (context.Context, *clientv3.Client, *session.Session, *Queue) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -25,7 +25,15 @@ func setup(t *testing.T) (context.Context, *clientv3.Client, *session.Session, q
 	s, err := session.New(ctx, cli)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close(context.Background()) })
-	return ctx, cli, s, queue.Queue{Client: cli, Prefix: "q/"}
+	return ctx, cli, s, New(cli, "q", "x", Exclusive)
+}
+
+// join enqueues an Exclusive entry and returns it with its predecessor.
+func join(t *testing.T, ctx context.Context, q *Queue, s *session.Session, val string) (ticket, *mvccpb.KeyValue) {
+	t.Helper()
+	tk, reads, err := q.enqueue(ctx, s, val, false)
+	require.NoError(t, err)
+	return tk, predecessor(reads)
 }
 
 // Sequential entries of one session reuse one key name, so a busy queue
@@ -33,29 +41,26 @@ func setup(t *testing.T) (context.Context, *clientv3.Client, *session.Session, q
 // distinct names; create revisions (the tokens) still strictly increase.
 func TestKeyNamesReused(t *testing.T) {
 	ctx, _, s, q := setup(t)
-	a, pred, err := q.Join(ctx, s, "a")
-	require.NoError(t, err)
+	a, pred := join(t, ctx, q, s, "a")
 	assert.Nil(t, pred)
-	b, pred, err := q.Join(ctx, s, "b")
-	require.NoError(t, err)
+	b, pred := join(t, ctx, q, s, "b")
 	require.NotNil(t, pred)
 	assert.Equal(t, a.Key, string(pred.Key))
 	assert.NotEqual(t, a.Key, b.Key, "live entries have distinct names")
 
-	deleted, err := q.Leave(ctx, a)
+	deleted, err := q.leave(ctx, a)
 	require.NoError(t, err)
 	assert.True(t, deleted)
-	c, _, err := q.Join(ctx, s, "c")
-	require.NoError(t, err)
+	c, _ := join(t, ctx, q, s, "c")
 	assert.Equal(t, a.Key, c.Key, "a finished entry's name is reused")
 	assert.Greater(t, c.Rev, b.Rev)
 
 	// A stale Leave of a (same name as c) must not delete c.
-	deleted, err = q.Leave(ctx, a)
+	deleted, err = q.leave(ctx, a)
 	require.NoError(t, err)
 	assert.False(t, deleted)
-	for _, tk := range []queue.Ticket{b, c} {
-		deleted, err := q.Leave(ctx, tk)
+	for _, tk := range []ticket{b, c} {
+		deleted, err := q.leave(ctx, tk)
 		require.NoError(t, err)
 		assert.True(t, deleted)
 	}
@@ -63,44 +68,40 @@ func TestKeyNamesReused(t *testing.T) {
 
 // A key under a free name of the session is the session's own stray (an
 // enqueue applied late, or sent again by the client after it was
-// applied): nobody waits on it, so the next Join removes it, guarded by its
+// applied): nobody waits on it, so the next enqueue removes it, guarded by its
 // create revision, instead of queueing behind it until the lease ends.
 func TestStrayKeyRemoved(t *testing.T) {
 	ctx, cli, s, q := setup(t)
-	a, _, err := q.Join(ctx, s, "a")
-	require.NoError(t, err)
-	deleted, err := q.Leave(ctx, a)
+	a, _ := join(t, ctx, q, s, "a")
+	deleted, err := q.leave(ctx, a)
 	require.NoError(t, err)
 	require.True(t, deleted)
 	// Recreate the freed name behind the queue's back.
 	stray, err := cli.Put(ctx, a.Key, "stray", clientv3.WithLease(s.Lease()))
 	require.NoError(t, err)
-	b, pred, err := q.Join(ctx, s, "b")
-	require.NoError(t, err)
+	b, pred := join(t, ctx, q, s, "b")
 	assert.Equal(t, a.Key, b.Key, "the name is used again")
 	assert.Nil(t, pred, "b is not queued behind the stray")
 	assert.Greater(t, b.Rev, stray.Header.Revision)
-	resp, err := cli.Get(ctx, q.Prefix, clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, q.prefix, clientv3.WithPrefix())
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 1)
 	assert.Equal(t, "b", string(resp.Kvs[0].Value))
 }
 
 // A key whose cleanup failed does not keep its own session queued behind
-// it: the session's next Join removes it first.
+// it: the session's next enqueue removes it first.
 func TestLeftoverSwept(t *testing.T) {
 	ctx, cli, s, q := setup(t)
-	a, _, err := q.Join(ctx, s, "a")
-	require.NoError(t, err)
+	a, _ := join(t, ctx, q, s, "a")
 	// The cleanup cannot reach etcd: a closed client stands in for a
 	// partition.
 	dead := etcdtest.NewClient(t, clientv3.Config{Endpoints: cli.Endpoints()})
 	require.NoError(t, dead.Close())
-	broken := queue.Queue{Client: dead, Prefix: q.Prefix}
-	require.Error(t, broken.Abandon(ctx, s, a))
+	broken := New(dead, "q", "x", Exclusive)
+	require.Error(t, broken.abandon(ctx, s, a, false))
 
-	b, pred, err := q.Join(ctx, s, "b")
-	require.NoError(t, err)
+	b, pred := join(t, ctx, q, s, "b")
 	assert.Nil(t, pred, "the leftover was removed before b joined")
 	assert.NotEqual(t, a.Key, b.Key, "the leftover's name stays retired")
 	resp, err := cli.Get(ctx, a.Key)

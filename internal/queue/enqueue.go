@@ -1,0 +1,229 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/internal/cleanup"
+	"github.com/dlock-go/dlock/session"
+)
+
+// ticket is a session's claim on one key name of a queue, from enqueue
+// until leave or abandon.
+type ticket struct {
+	entry
+	st   *state
+	slot uint64
+}
+
+// errNoProgress: every try of an enqueue lost a race (the epoch moved, a
+// stray key of the session held the name).
+var errNoProgress = errors.New("no progress")
+
+// maxTries bounds the tries of one enqueue.
+const maxTries = 8
+
+func (q *Queue) ticket(st *state) ticket {
+	slot, name := st.name()
+	return ticket{entry: entry{Key: q.rule.keyPrefix(q) + name}, st: st, slot: slot}
+}
+
+// epochKey is the session's epoch key for q (see "Late writes" in doc.go):
+// beside the queue's prefix, never inside any queue's (names never contain
+// "%").
+func (q *Queue) epochKey(st *state) string {
+	return strings.TrimSuffix(q.prefix, "/") + "%epoch/" + st.lease
+}
+
+// prepare moves the epoch if an earlier cleanup could not, then deletes
+// leftover keys; it returns the epoch to compare with.
+func (q *Queue) prepare(ctx context.Context, s *session.Session, st *state) (int64, error) {
+	epoch, dirty := st.epoch(q.prefix)
+	if dirty {
+		resp, err := q.cli.Put(ctx, q.epochKey(st), "", clientv3.WithLease(s.Lease()))
+		if err != nil {
+			return 0, fmt.Errorf("moving the epoch: %w", err)
+		}
+		epoch = st.setEpoch(q.prefix, resp.Header.Revision)
+	}
+	return epoch, st.sweep(ctx, q.cli)
+}
+
+// enqueue creates an entry holding val at the end of the queue, bound to
+// s's lease, in one round trip: one Txn that compares that the key name is
+// free and the session's epoch unmoved, then runs the rule's reads (the
+// entry's predecessor, the queue's length) and the put. It returns the
+// reads' responses. With try, the Txn also compares that the rule would
+// grant the entry at once; if not, it creates nothing and returns
+// ErrOccupied (for a rule without such a compare the entry is created,
+// judged by its reads, and removed again).
+//
+// On error nothing is left behind: the key is removed with a detached,
+// bounded context, and an enqueue applied later is void (see "Late
+// writes").
+func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try bool) (ticket, []*pb.ResponseOp, error) {
+	st := stateOf(s)
+	t := q.ticket(st)
+	ek := q.epochKey(st)
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(t.Key), "=", 0),
+		clientv3.Compare(clientv3.ModRevision(ek), "=", 0),
+	}
+	free, haveFree := q.rule.free(q)
+	if try && haveFree {
+		cmps = append(cmps, free)
+	}
+	then := append(q.rule.joinReads(q), clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())))
+	for range maxTries {
+		epoch, err := q.prepare(ctx, s, st)
+		if err != nil {
+			st.release(t.slot)
+			return ticket{}, nil, err
+		}
+		cmps[1] = clientv3.Compare(clientv3.ModRevision(ek), "=", epoch)
+		txn := q.cli.Txn(ctx).If(cmps...).Then(then...)
+		if try && haveFree {
+			// Why the compare failed, in the same round trip: the
+			// queue is taken unless the epoch moved or a stray key of
+			// ours holds the name.
+			txn = txn.Else(clientv3.OpGet(ek, clientv3.WithKeysOnly()), clientv3.OpGet(t.Key, clientv3.WithKeysOnly()))
+		}
+		resp, err := txn.Commit()
+		if err != nil {
+			return ticket{}, nil, withCleanup(err, t, q.abandon(ctx, s, t, true))
+		}
+		if resp.Succeeded {
+			t.Rev = resp.Header.Revision
+			reads := resp.Responses[:len(then)-1]
+			if try && !haveFree && !q.rule.grantedAtJoin(t.entry, reads) {
+				return ticket{}, nil, withCleanup(ErrOccupied, t, q.abandon(ctx, s, t, false))
+			}
+			return t, reads, nil
+		}
+		if !(try && haveFree) {
+			// Rare: read why in a second request rather than carry an
+			// Else branch in every enqueue.
+			if resp, err = q.cli.Txn(ctx).Then(
+				clientv3.OpGet(ek, clientv3.WithKeysOnly()),
+				clientv3.OpGet(t.Key, clientv3.WithKeysOnly()),
+			).Commit(); err != nil {
+				st.release(t.slot)
+				return ticket{}, nil, err
+			}
+		}
+		moved := q.adoptEpoch(st, epoch, resp.Responses[0].GetResponseRange().Kvs)
+		stray := resp.Responses[1].GetResponseRange().Kvs
+		if try && haveFree && !moved && len(stray) == 0 {
+			st.release(t.slot) // the epoch held and the queue is taken
+			return ticket{}, nil, ErrOccupied
+		}
+		if len(stray) > 0 {
+			if err := q.removeStray(ctx, t, stray[0].CreateRevision); err != nil {
+				return ticket{}, nil, err
+			}
+		}
+	}
+	st.release(t.slot)
+	return ticket{}, nil, fmt.Errorf("enqueue: %d tries: %w", maxTries, errNoProgress)
+}
+
+// removeStray deletes a key under t's name, created at rev: the session's
+// own, left by a write that was applied late or sent again by etcd's
+// client (nobody else uses the name), guarded by its create revision. The
+// caller tries again.
+func (q *Queue) removeStray(ctx context.Context, t ticket, rev int64) error {
+	if _, err := q.remove(ctx, entry{Key: t.Key, Rev: rev}); err != nil {
+		t.st.retire(t.Key)
+		return fmt.Errorf("removing stray key %q: %w", t.Key, err)
+	}
+	return nil
+}
+
+// adoptEpoch records the epoch key as read (kvs), if it moved from epoch;
+// it reports whether it had.
+func (q *Queue) adoptEpoch(st *state, epoch int64, kvs []*mvccpb.KeyValue) bool {
+	rev := int64(0)
+	if len(kvs) > 0 {
+		rev = kvs[0].ModRevision
+	}
+	if rev == epoch {
+		return false
+	}
+	st.setEpoch(q.prefix, rev)
+	return true
+}
+
+func withCleanup(err error, t ticket, cerr error) error {
+	if cerr != nil {
+		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, cerr)
+	}
+	return err
+}
+
+// abandon removes t's key after a cancelled or failed acquire, with a
+// context detached from ctx and bounded by cleanup.Timeout, and frees its
+// name. While t is held no other attempt uses its name, so the unguarded
+// delete can only remove t's own entry. If the delete fails, the key is
+// kept as a leftover that the session's next enqueue deletes first. If s
+// has ended, abandon does nothing: the key goes with the lease (whose
+// heartbeats have stopped), and etcd may well be unreachable; so does a
+// late enqueue.
+//
+// unknown says t's enqueue failed with an unknown outcome, so that it may
+// still be applied (see "Late writes"): the same transaction then also
+// moves the session's epoch for the queue, and if it fails the queue is
+// marked dirty.
+func (q *Queue) abandon(ctx context.Context, s *session.Session, t ticket, unknown bool) error {
+	select {
+	case <-s.Done():
+		return nil
+	default:
+	}
+	ops := []clientv3.Op{clientv3.OpDelete(t.Key)}
+	if unknown {
+		ops = append(ops, clientv3.OpPut(q.epochKey(t.st), "", clientv3.WithLease(s.Lease())))
+	}
+	cctx, cancel := cleanup.Context(ctx)
+	defer cancel()
+	resp, err := q.cli.Txn(cctx).Then(ops...).Commit()
+	if err != nil {
+		if unknown {
+			t.st.markDirty(q.prefix)
+		}
+		t.st.retire(t.Key) // the next enqueue retries; the lease's end removes it anyway
+		return err
+	}
+	if unknown {
+		t.st.setEpoch(q.prefix, resp.Header.Revision)
+	}
+	t.st.release(t.slot)
+	return nil
+}
+
+// leave deletes t's entry if it is still the same key (a delete guarded by
+// its create revision, which never removes a later entry) and frees its
+// name. It reports whether it deleted the entry; false means it was gone.
+func (q *Queue) leave(ctx context.Context, t ticket) (bool, error) {
+	deleted, err := q.remove(ctx, t.entry)
+	if err != nil {
+		return false, err
+	}
+	t.st.release(t.slot)
+	return deleted, nil
+}
+
+// remove deletes e if it is still the same key (same create revision). It
+// reports whether a key was deleted.
+func (q *Queue) remove(ctx context.Context, e entry) (bool, error) {
+	resp, err := q.cli.Txn(ctx).If(e.Owned()).Then(clientv3.OpDelete(e.Key)).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}

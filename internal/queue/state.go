@@ -1,0 +1,136 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/internal/local"
+	"github.com/dlock-go/dlock/session"
+)
+
+// state is one session's queue state, shared by all its queues: the key
+// names in use (see "Key names" in doc.go), the leftovers of failed
+// cleanups, and its epoch in each queue (see "Late writes"). It lives in the
+// session's local.Store, so it ends with the Session value: two sessions
+// never share it, even with the same lease ID on two clusters.
+type state struct {
+	lease string // the lease in hex: every key name's stem
+
+	mu        sync.Mutex
+	free      []uint64
+	next      uint64
+	leftovers map[string]bool  // keys whose removal failed; their names are retired
+	epochs    map[string]epoch // queue prefix → the session's epoch there
+}
+
+// epoch is the session's epoch for one queue: the mod revision its
+// enqueues compare the epoch key with (0: no key), and whether a cleanup
+// failed to move it.
+type epoch struct {
+	rev   int64
+	dirty bool
+}
+
+type stateKey struct{}
+
+func stateOf(s *session.Session) *state {
+	return local.Get(s.Context(), stateKey{}, func() *state {
+		return &state{lease: fmt.Sprintf("%016x", int64(s.Lease()))}
+	})
+}
+
+// name reserves a key name: the lease and a slot number unique among the
+// session's live attempts.
+func (p *state) name() (slot uint64, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		slot = p.free[n-1]
+		p.free = p.free[:n-1]
+	} else {
+		slot = p.next
+		p.next++
+	}
+	return slot, p.lease + "-" + strconv.FormatUint(slot, 10)
+}
+
+// release frees a slot for reuse.
+func (p *state) release(slot uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free = append(p.free, slot)
+}
+
+// epoch returns the session's epoch for the queue with prefix.
+func (p *state) epoch(prefix string) (int64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.epochs[prefix]
+	return e.rev, e.dirty
+}
+
+// setEpoch records that the epoch key was seen or put at mod revision rev
+// (0: the key is gone), which clears dirtiness; an older rev than the one
+// recorded is ignored. It returns the revision recorded.
+func (p *state) setEpoch(prefix string, rev int64) int64 {
+	return p.updateEpoch(prefix, func(e *epoch) {
+		if rev > e.rev || rev == 0 {
+			e.rev = rev
+		}
+		e.dirty = false
+	})
+}
+
+// markDirty records that a cleanup could not move the epoch.
+func (p *state) markDirty(prefix string) {
+	p.updateEpoch(prefix, func(e *epoch) { e.dirty = true })
+}
+
+func (p *state) updateEpoch(prefix string, f func(*epoch)) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.epochs == nil {
+		p.epochs = make(map[string]epoch)
+	}
+	e := p.epochs[prefix]
+	f(&e)
+	p.epochs[prefix] = e
+	return e.rev
+}
+
+// retire records key, whose removal failed, as a leftover: its name is
+// never handed out again, and the session's next enqueue retries the
+// delete.
+func (p *state) retire(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.leftovers == nil {
+		p.leftovers = make(map[string]bool)
+	}
+	p.leftovers[key] = true
+}
+
+// sweep deletes the session's leftover keys, so that a failed cleanup does
+// not leave the session queued behind its own key until the lease ends.
+// Failures are kept for the next sweep.
+func (p *state) sweep(ctx context.Context, cli *clientv3.Client) error {
+	p.mu.Lock()
+	keys := make([]string, 0, len(p.leftovers))
+	for k := range p.leftovers {
+		keys = append(keys, k)
+	}
+	p.mu.Unlock()
+	for _, k := range keys {
+		if _, err := cli.Delete(ctx, k); err != nil {
+			return fmt.Errorf("removing leftover key %q: %w", k, err)
+		}
+		p.mu.Lock()
+		delete(p.leftovers, k)
+		p.mu.Unlock()
+	}
+	return nil
+}
