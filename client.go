@@ -4,27 +4,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
 	"github.com/dlock-go/dlock/session"
 )
 
-// ErrClosed is returned by Client.Locker after Close.
+// ErrClosed is returned by Client.Locker and Client.Election after Close.
 var ErrClosed = errors.New("dlock: client closed")
 
 // Client is an open connection to one backend. It is safe for concurrent
 // use; Close it when done.
+//
+// On etcd a Client survives its session: when the session ends (a
+// partition longer than the TTL, a revoked lease), the grants made on it
+// report their loss (Done closes, Unlock returns an error matching
+// lock.ErrLockLost), and the next Lock, TryLock or Campaign through any
+// Locker or Election of the Client runs on one fresh session, shared by all
+// of them, started with backoff while etcd is unreachable. Nothing needs
+// reopening.
 type Client struct {
 	cfg Config
 
 	etcd *clientv3.Client
-	sess *session.Session
+	mgr  *session.Manager
 	rdb  []goredis.UniversalClient
 
 	mu     sync.Mutex
@@ -32,8 +42,8 @@ type Client struct {
 }
 
 // Open connects to the backend that cfg names. For etcd it also starts the
-// Client's session (one lease, one heartbeat loop for all its locks). It
-// fails if cfg is invalid, or if the servers cannot be reached before ctx
+// Client's first session (one lease, one heartbeat loop for all its locks).
+// It fails if cfg is invalid, or if the servers cannot be reached before ctx
 // ends or cfg.DialTimeout passes (for Redlock: if fewer than a majority
 // answer).
 func Open(ctx context.Context, cfg Config) (*Client, error) {
@@ -43,6 +53,10 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
+	// The connection gets the dial timeout but a little, which explains
+	// a failure (see explain).
+	cctx, ccancel := context.WithTimeout(ctx, cfg.DialTimeout-min(probeTimeout, cfg.DialTimeout/5))
+	defer ccancel()
 	c := &Client{cfg: cfg}
 	switch cfg.Backend {
 	case BackendEtcd:
@@ -51,31 +65,24 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 			DialTimeout: cfg.DialTimeout,
 			Username:    cfg.Username,
 			Password:    cfg.Password,
+			TLS:         cfg.TLS,
 			Logger:      zap.NewNop(),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("dlock: etcd: %w", err)
 		}
-		s, err := session.New(ctx, cli, cfg.sessionOptions()...)
+		mgr, err := session.NewManager(cli, cfg.sessionOptions()...)
+		if err == nil {
+			_, err = mgr.Current(cctx)
+		}
 		if err != nil {
 			cli.Close()
-			return nil, fmt.Errorf("dlock: etcd %v: %w", cfg.Endpoints, err)
+			return nil, fmt.Errorf("dlock: etcd %v: %w", cfg.Endpoints, explain(ctx, err, cfg))
 		}
-		c.etcd, c.sess = cli, s
+		c.etcd, c.mgr = cli, mgr
 	default:
-		for _, ep := range cfg.Endpoints {
-			c.rdb = append(c.rdb, goredis.NewClient(&goredis.Options{
-				Addr:        ep,
-				Username:    cfg.Username,
-				Password:    cfg.Password,
-				DB:          cfg.DB,
-				DialTimeout: cfg.DialTimeout,
-				// Honour ctx deadlines on reads, so that a stalled node
-				// cannot hold a Lock (or a Redlock round) past its ctx.
-				ContextTimeoutEnabled: true,
-			}))
-		}
-		if err := c.pingRedis(ctx); err != nil {
+		c.rdb = cfg.redisClients()
+		if err := c.pingRedis(cctx, ctx); err != nil {
 			c.closeRedis()
 			return nil, err
 		}
@@ -83,14 +90,50 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// pingRedis requires every node (redis) or a majority (redlock) to answer.
-func (c *Client) pingRedis(ctx context.Context) error {
+// redisClients returns one client per Redlock node, or the one client of
+// a redis backend: plain, Sentinel or Cluster.
+func (c Config) redisClients() []goredis.UniversalClient {
+	switch {
+	case c.MasterName != "":
+		return []goredis.UniversalClient{goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName: c.MasterName, SentinelAddrs: c.Endpoints,
+			Username: c.Username, Password: c.Password, DB: c.DB,
+			DialTimeout: c.DialTimeout, TLSConfig: c.TLS, ContextTimeoutEnabled: true,
+		})}
+	case c.Cluster:
+		return []goredis.UniversalClient{goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs:    c.Endpoints,
+			Username: c.Username, Password: c.Password,
+			DialTimeout: c.DialTimeout, TLSConfig: c.TLS, ContextTimeoutEnabled: true,
+		})}
+	}
+	var rdb []goredis.UniversalClient
+	for _, ep := range c.Endpoints {
+		rdb = append(rdb, goredis.NewClient(&goredis.Options{
+			Addr:     ep,
+			Username: c.Username, Password: c.Password, DB: c.DB,
+			DialTimeout: c.DialTimeout, TLSConfig: c.TLS,
+			// Honour ctx deadlines on reads, so that a stalled node
+			// cannot hold a Lock (or a Redlock round) past its ctx.
+			ContextTimeoutEnabled: true,
+		}))
+	}
+	return rdb
+}
+
+// pingRedis requires every node (redis) or a majority (redlock) to answer
+// within ctx; failures are explained within outer.
+func (c *Client) pingRedis(ctx, outer context.Context) error {
 	errs := make([]error, len(c.rdb))
 	var wg sync.WaitGroup
 	for i, r := range c.rdb {
 		wg.Go(func() {
 			if err := r.Ping(ctx).Err(); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", c.cfg.Endpoints[i], err)
+				eps := c.cfg.Endpoints
+				if len(c.rdb) == len(eps) {
+					eps = eps[i : i+1]
+				}
+				errs[i] = fmt.Errorf("%s: %w", strings.Join(eps, ","), explain(outer, err, Config{Endpoints: eps, TLS: c.cfg.TLS}))
 			}
 		})
 	}
@@ -114,26 +157,85 @@ func (c *Client) pingRedis(ctx context.Context) error {
 // Config returns the Client's configuration, defaults filled in.
 func (c *Client) Config() Config { return c.cfg }
 
-// Session returns the Client's etcd session, or nil for Redis backends.
-func (c *Client) Session() *session.Session { return c.sess }
+// Source returns the Client's etcd sessions, for the lower-level etcd
+// primitives (lock.NewSemaphore, lock.NewRWMutex, election.Run's peers):
+// they then share the Client's one session and its renewal. It returns nil
+// for Redis backends.
+func (c *Client) Source() session.Source {
+	if c.mgr == nil {
+		return nil
+	}
+	return c.mgr
+}
+
+// LockerOption configures a Locker from Client.Locker, whatever the
+// backend.
+type LockerOption func(*lockerOptions)
+
+type lockerOptions struct {
+	owner string
+}
+
+// WithOwner stores owner with every grant of the Locker, for inspection
+// tools (dlock inspect, redis.Mutex.Owner). Optional, defaults to
+// "<hostname>/<pid>" on etcd and none on Redis. It must be printable ASCII
+// without spaces, at most 256 bytes.
+func WithOwner(owner string) LockerOption { return func(o *lockerOptions) { o.owner = owner } }
 
 // Locker returns the lock called name on the Client's backend. The name
-// must pass lock.ValidateName. Lockers are cheap; create one per name.
-func (c *Client) Locker(name string) (lock.Locker, error) {
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
+// must pass lock.ValidateName. Lockers are cheap; create one per name. On
+// etcd its keys live under "<prefix>/lock/".
+func (c *Client) Locker(name string, opts ...LockerOption) (lock.Locker, error) {
+	if err := c.open(); err != nil {
+		return nil, err
+	}
+	var o lockerOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: locker option %d is nil", ErrInvalidConfig, i)
+		}
+		opt(&o)
 	}
 	switch c.cfg.Backend {
 	case BackendEtcd:
-		return lock.New(c.sess, name, c.cfg.lockOptions()...)
-	case BackendRedis:
-		return redis.New(c.rdb[0], name, c.cfg.redisOptions()...)
-	default:
-		return redis.NewRedlock(c.rdb, name, c.cfg.redisOptions()...)
+		lo := c.cfg.lockOptions()
+		if o.owner != "" {
+			lo = append(lo, lock.WithOwner(o.owner))
+		}
+		return lock.New(c.mgr, name, lo...)
 	}
+	ro := c.cfg.redisOptions()
+	if o.owner != "" {
+		ro = append(ro, redis.WithOwner(o.owner))
+	}
+	if c.cfg.Backend == BackendRedis {
+		return redis.New(c.rdb[0], name, ro...)
+	}
+	return redis.NewRedlock(c.rdb, name, ro...)
+}
+
+// Election returns the election called name, on etcd: its keys live under
+// "<prefix>/election/", and it runs on the Client's sessions (a Campaign
+// after a session ended runs on a fresh one). On Redis backends it returns
+// an error matching errors.ErrUnsupported: Redis has no consensus to elect
+// with.
+func (c *Client) Election(name string) (*election.Election, error) {
+	if err := c.open(); err != nil {
+		return nil, err
+	}
+	if c.cfg.Backend != BackendEtcd {
+		return nil, fmt.Errorf("dlock: %s: elections need etcd: %w", c.cfg.Backend, errors.ErrUnsupported)
+	}
+	return election.New(c.mgr, name, c.cfg.electionOptions()...)
+}
+
+func (c *Client) open() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
 }
 
 // Close releases everything: for etcd it revokes the session's lease (every
@@ -149,7 +251,7 @@ func (c *Client) Close(ctx context.Context) error {
 	c.closed = true
 	c.mu.Unlock()
 	if c.etcd != nil {
-		err := c.sess.Close(ctx)
+		err := c.mgr.Close(ctx)
 		return errors.Join(err, c.etcd.Close())
 	}
 	return c.closeRedis()

@@ -1,14 +1,17 @@
 package dlock
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/internal/names"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
@@ -27,8 +30,6 @@ const (
 	DefaultPrefix      = "dlock"
 	DefaultTTL         = 10 * time.Second
 	DefaultDialTimeout = 5 * time.Second
-	defaultEtcdPort    = "2379"
-	defaultRedisPort   = "6379"
 )
 
 // ErrInvalidConfig is returned by ParseDSN, Validate and Open when a DSN or
@@ -58,16 +59,46 @@ type Config struct {
 	// DB is the Redis database number. Optional, defaults to 0; etcd
 	// ignores it.
 	DB int
+	// MasterName makes a redis backend go through Redis Sentinel: the
+	// Endpoints are sentinels, and the lock lives on the master they name
+	// MasterName. Optional; "" means a plain node (or a cluster).
+	MasterName string
+	// Cluster makes a redis backend a Redis Cluster client: the Endpoints
+	// are seed nodes. Optional.
+	Cluster bool
+	// TLS configures TLS to etcd or Redis: the CA to trust, a client
+	// certificate, the server name. Optional; nil means plaintext, unless
+	// the DSN's scheme asks for TLS (etcds://, rediss://), in which case
+	// ParseDSN fills it in.
+	TLS *tls.Config
+	// MeterProvider gives the meter of the instruments dlock records
+	// (meter "github.com/dlock-go/dlock"). Optional; nil means
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// Logger receives dlock's logs: session ends (WARN) and renewals
+	// (INFO), lock losses. Optional; nil means discarding.
+	Logger *slog.Logger
 }
 
 // The options each backend is built with, from one place, so that
 // Validate checks exactly what Open and Locker use.
 func (c Config) sessionOptions() []session.Option {
-	return []session.Option{session.WithTTL(c.TTL)}
+	return []session.Option{session.WithTTL(c.TTL), session.WithLogger(c.logger())}
 }
 
 func (c Config) lockOptions() []lock.Option {
 	return []lock.Option{lock.WithPrefix(c.Prefix + "/lock")}
+}
+
+func (c Config) electionOptions() []election.Option {
+	return []election.Option{election.WithPrefix(c.Prefix + "/election")}
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Logger
 }
 
 func (c Config) redisOptions() []redis.Option {
@@ -114,8 +145,12 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
-	case c.Backend == BackendRedis && len(c.Endpoints) != 1:
-		return bad("endpoints: redis takes exactly one node, got %d (use redlock for several)", len(c.Endpoints))
+	case c.MasterName != "" && c.Cluster:
+		return bad("master_name and cluster: a redis backend is Sentinel or Cluster, not both")
+	case (c.MasterName != "" || c.Cluster) && c.Backend != BackendRedis:
+		return bad("master_name, cluster: only for the redis backend, not %s", c.Backend)
+	case c.Backend == BackendRedis && c.MasterName == "" && !c.Cluster && len(c.Endpoints) != 1:
+		return bad("endpoints: redis takes exactly one node, got %d (use redlock for several independent nodes, redis+sentinel:// or redis+cluster:// for a replicated one)", len(c.Endpoints))
 	case c.Backend == BackendRedlock && len(c.Endpoints) < 3:
 		return bad("endpoints: redlock needs at least 3 independent nodes, got %d", len(c.Endpoints))
 	}
@@ -164,86 +199,4 @@ func checkHostPort(ep string) error {
 		return fmt.Errorf("port %q is not a number in 1..65535", port)
 	}
 	return nil
-}
-
-// ParseDSN parses a data source name into a Config:
-//
-//	etcd://[user:pass@]h1:2379,h2:2379[/prefix][?ttl=10s&dial_timeout=5s]
-//	redis://[user:pass@]h:6379[/prefix][?ttl=10s&db=0&dial_timeout=5s]
-//	redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/prefix][?ttl=10s]
-//
-// Ports default to 2379 (etcd) and 6379 (Redis). Unknown query parameters
-// are errors. The result is validated; errors match ErrInvalidConfig.
-func ParseDSN(dsn string) (Config, error) {
-	bad := func(format string, args ...any) (Config, error) {
-		return Config{}, fmt.Errorf("%w: dsn: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
-	scheme, rest, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return bad("%q has no scheme (want etcd://, redis:// or redlock://)", dsn)
-	}
-	var c Config
-	port := defaultRedisPort
-	switch scheme {
-	case BackendEtcd:
-		port = defaultEtcdPort
-	case BackendRedis, BackendRedlock:
-	default:
-		return bad("scheme %q is unknown (want etcd, redis or redlock)", scheme)
-	}
-	c.Backend = scheme
-	rest, rawQuery, _ := strings.Cut(rest, "?")
-	authority, path, _ := strings.Cut(rest, "/")
-	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-		info := authority[:at]
-		authority = authority[at+1:]
-		user, pass, _ := strings.Cut(info, ":")
-		var err error
-		if c.Username, err = url.PathUnescape(user); err != nil {
-			return bad("username: %v", err)
-		}
-		if c.Password, err = url.PathUnescape(pass); err != nil {
-			return bad("password: %v", err)
-		}
-	}
-	if authority == "" {
-		return bad("no hosts")
-	}
-	for _, h := range strings.Split(authority, ",") {
-		if h == "" {
-			return bad("empty host in %q", authority)
-		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			h = net.JoinHostPort(strings.Trim(h, "[]"), port)
-		}
-		c.Endpoints = append(c.Endpoints, h)
-	}
-	c.Prefix = strings.TrimSuffix(path, "/")
-	q, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		return bad("query: %v", err)
-	}
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "ttl":
-			if c.TTL, err = time.ParseDuration(v); err != nil || c.TTL <= 0 {
-				return bad("ttl %q is not a positive duration (e.g. 10s)", v)
-			}
-		case "dial_timeout":
-			if c.DialTimeout, err = time.ParseDuration(v); err != nil || c.DialTimeout <= 0 {
-				return bad("dial_timeout %q is not a positive duration (e.g. 5s)", v)
-			}
-		case "db":
-			if c.DB, err = strconv.Atoi(v); err != nil || c.DB < 0 {
-				return bad("db %q is not a database number", v)
-			}
-		default:
-			return bad("unknown parameter %q", k)
-		}
-	}
-	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
 }

@@ -23,22 +23,27 @@ type Leader struct {
 // IsZero reports whether l is the zero Leader ("no leader").
 func (l Leader) IsZero() bool { return l == Leader{} }
 
-// Election is a named election on one session: a handle to campaign in
-// (Campaign) and to watch (Leader, Observe). It is safe for concurrent use;
-// every Campaign call is an independent candidate with its own key.
+// Election is a named election: a handle to campaign in (Campaign) and to
+// watch (Leader, Observe). It is safe for concurrent use; every Campaign
+// call is an independent candidate with its own key.
+//
+// Each Campaign runs on the session its Source gives at that moment: on a
+// *session.Session, once that session has ended every Campaign fails with
+// ErrSessionDone; on a *session.Manager, a Campaign after a session ended
+// runs on a fresh session.
 type Election struct {
-	s    *session.Session
+	src  session.Source
 	name string
 	q    *queue.Queue
 	opts options
 }
 
-// New returns the election called name on session s. The name must pass
-// lock.ValidateName: errors match both ErrInvalidName and
-// lock.ErrInvalidName. A nil session or a bad option returns an error
-// matching ErrInvalidOption. New does no I/O.
-func New(s *session.Session, name string, opts ...Option) (*Election, error) {
-	if s == nil {
+// New returns the election called name on src: a *session.Session or a
+// *session.Manager. The name must pass lock.ValidateName: errors match
+// both ErrInvalidName and lock.ErrInvalidName. A nil source or a bad option
+// returns an error matching ErrInvalidOption. New does no I/O.
+func New(src session.Source, name string, opts ...Option) (*Election, error) {
+	if queue.NilSource(src) {
 		return nil, fmt.Errorf("%w: session is nil", ErrInvalidOption)
 	}
 	if err := validateName(name); err != nil {
@@ -48,11 +53,11 @@ func New(s *session.Session, name string, opts ...Option) (*Election, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newElection(s, name, o), nil
+	return newElection(src, name, o), nil
 }
 
-func newElection(s *session.Session, name string, o options) *Election {
-	return &Election{s: s, name: name, q: queue.New(s.Client(), o.prefix, name, queue.Exclusive), opts: o}
+func newElection(src session.Source, name string, o options) *Election {
+	return &Election{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, queue.Exclusive), opts: o}
 }
 
 func validateName(name string) error {
@@ -85,7 +90,11 @@ func (el *Election) Prefix() string { return el.q.Prefix() }
 // Campaign never returns a Term. When the key is deleted by someone else
 // while waiting, the error matches ErrKeyDeleted.
 func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
-	h, err := el.q.Acquire(ctx, el.s, value, false)
+	s, err := el.src.Current(ctx)
+	if err != nil {
+		return nil, opErr(el.name, "campaign", false, err)
+	}
+	h, err := el.q.Acquire(ctx, s, value, false)
 	if err != nil {
 		return nil, opErr(el.name, "campaign", false, err)
 	}
@@ -96,7 +105,7 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 // by create revision. It returns an error matching ErrNoLeader if there is
 // none. The read is linearizable.
 func (el *Election) Leader(ctx context.Context) (Leader, error) {
-	resp, err := el.s.Client().Get(ctx, el.q.Prefix(), clientv3.WithFirstCreate()...)
+	resp, err := el.src.Client().Get(ctx, el.q.Prefix(), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return Leader{}, opErr(el.name, "leader", false, err)
 	}
@@ -120,7 +129,7 @@ func (el *Election) Leader(ctx context.Context) (Leader, error) {
 // working after the session ends.
 func (el *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
-	ob := observer{cli: el.s.Client(), prefix: el.q.Prefix(), hook: el.opts.readHook}
+	ob := observer{cli: el.src.Client(), prefix: el.q.Prefix(), hook: el.opts.readHook}
 	go ob.run(ctx, out)
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/session"
 )
 
 var (
@@ -62,6 +63,8 @@ func opErr(name, op string, held bool, err error) error {
 		err = fmt.Errorf("%w: %w", ErrLeadershipLost, ErrKeyDeleted)
 	case errors.Is(err, queue.ErrSessionEnded):
 		err = fmt.Errorf("%w: %w", ErrSessionDone, queue.SessionCause(err))
+	case errors.Is(err, session.ErrManagerClosed):
+		err = fmt.Errorf("%w: %w", ErrSessionDone, err)
 	case errors.Is(err, queue.ErrEntryGone):
 		err = fmt.Errorf("%w while waiting", ErrKeyDeleted)
 	}

@@ -76,7 +76,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.h.Err(); err != nil {
 		return t.err("proclaim", err)
 	}
-	resp, err := t.el.s.Client().Txn(ctx).If(t.h.Owned()).Then(
+	resp, err := t.el.src.Client().Txn(ctx).If(t.h.Owned()).Then(
 		clientv3.OpPut(t.h.Key(), value, clientv3.WithIgnoreLease()),
 	).Commit()
 	if err != nil {

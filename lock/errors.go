@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/queue"
+	"github.com/dlock-go/dlock/session"
 )
 
 // Errors of every backend. Backends with errors of their own (package
@@ -64,6 +65,8 @@ func opErr(name, op string, held bool, err error) error {
 		err = fmt.Errorf("%w: %w", ErrLockLost, ErrKeyDeleted)
 	case errors.Is(err, queue.ErrSessionEnded):
 		err = fmt.Errorf("%w: %w", ErrSessionDone, queue.SessionCause(err))
+	case errors.Is(err, session.ErrManagerClosed):
+		err = fmt.Errorf("%w: %w", ErrSessionDone, err)
 	case errors.Is(err, queue.ErrEntryGone):
 		err = fmt.Errorf("%w while waiting", ErrKeyDeleted)
 	}

@@ -22,8 +22,15 @@ import (
 // Every Lock or TryLock call creates a fresh key, so several calls on one
 // Mutex or on several Mutexes sharing a session are independent grants and
 // exclude each other. A Mutex is safe for concurrent use.
+//
+// Each acquire runs on the session its Source gives at that moment: on a
+// *session.Session, every grant shares that one lease, and once the
+// session has ended every Lock fails with ErrSessionDone (make a new
+// session and Mutex); on a *session.Manager, the next Lock after a session
+// ended runs on a fresh session, while the grants of the old one report
+// their loss.
 type Mutex struct {
-	s    *session.Session
+	src  session.Source
 	name string
 	q    *queue.Queue
 	opts options
@@ -34,20 +41,20 @@ var (
 	_ Held   = (*Grant)(nil)
 )
 
-// New returns the etcd Mutex called name on session s. The name must pass
-// ValidateName; a nil session or a bad option returns an error matching
-// ErrInvalidOption. New does no I/O.
-func New(s *session.Session, name string, opts ...Option) (*Mutex, error) {
-	o, err := newLock(s, name, opts)
+// New returns the etcd Mutex called name on src: a *session.Session or a
+// *session.Manager. The name must pass ValidateName; a nil source or a bad
+// option returns an error matching ErrInvalidOption. New does no I/O.
+func New(src session.Source, name string, opts ...Option) (*Mutex, error) {
+	o, err := newLock(src, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Mutex{s: s, name: name, q: queue.New(s.Client(), o.prefix, name, queue.Exclusive), opts: o}, nil
+	return &Mutex{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, queue.Exclusive), opts: o}, nil
 }
 
 // newLock validates the arguments every etcd lock's constructor takes.
-func newLock(s *session.Session, name string, opts []Option) (options, error) {
-	if s == nil {
+func newLock(src session.Source, name string, opts []Option) (options, error) {
+	if queue.NilSource(src) {
 		return options{}, fmt.Errorf("%w: session is nil", ErrInvalidOption)
 	}
 	if err := ValidateName(name); err != nil {
@@ -76,17 +83,22 @@ func (m *Mutex) Capabilities() Capabilities {
 // error matching ErrSessionDone and never the lock; if the attempt's key is
 // deleted while waiting, one matching ErrKeyDeleted.
 func (m *Mutex) Lock(ctx context.Context) (Held, error) {
-	return acquire(ctx, m.q, m.s, m.name, "lock", m.opts.owner, false)
+	return acquire(ctx, m.q, m.src, m.name, "lock", m.opts.owner, false)
 }
 
 // TryLock acquires the lock if nobody holds or waits for it, in one round
 // trip; otherwise it returns an error matching ErrLocked and creates no key.
 func (m *Mutex) TryLock(ctx context.Context) (Held, error) {
-	return acquire(ctx, m.q, m.s, m.name, "try lock", m.opts.owner, true)
+	return acquire(ctx, m.q, m.src, m.name, "try lock", m.opts.owner, true)
 }
 
-// acquire runs the queue's acquire for op and returns the grant.
-func acquire(ctx context.Context, q *queue.Queue, s *session.Session, name, op, owner string, try bool) (*Grant, error) {
+// acquire runs the queue's acquire for op, on the session src gives, and
+// returns the grant.
+func acquire(ctx context.Context, q *queue.Queue, src session.Source, name, op, owner string, try bool) (*Grant, error) {
+	s, err := src.Current(ctx)
+	if err != nil {
+		return nil, opErr(name, op, false, err)
+	}
 	h, err := q.Acquire(ctx, s, owner, try)
 	if err != nil {
 		return nil, opErr(name, op, false, err)

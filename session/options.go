@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/option"
@@ -23,10 +24,11 @@ type options struct {
 	ttl       time.Duration
 	heartbeat time.Duration // 0: ttl/3
 	margin    time.Duration // -1: default
+	logger    *slog.Logger
 }
 
 func defaults() options {
-	return options{ttl: DefaultTTL, margin: -1}
+	return options{ttl: DefaultTTL, margin: -1, logger: slog.New(slog.DiscardHandler)}
 }
 
 // ValidateOptions reports whether New would accept opts, without I/O:
@@ -61,6 +63,12 @@ func WithHeartbeat(d time.Duration) Option { return func(o *options) { o.heartbe
 // before its deadline.
 func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
 
+// WithLogger sets the logger a Session reports its end to (WARN when it
+// expired or its lease is gone, DEBUG on Close), and a Manager its starts
+// and failed starts. Optional, defaults to discarding. A nil logger is an
+// error.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
 // DefaultMargin returns the default safety margin for ttl: ttl/5, but at
 // least 500ms and at most 2s. The margin has to cover what separates the
 // server's expiry clock from ours: the one-way delay of the acknowledged
@@ -81,6 +89,9 @@ func DefaultMargin(ttl time.Duration) time.Duration {
 }
 
 func (o *options) validate() error {
+	if o.logger == nil {
+		return fmt.Errorf("%w: logger is nil", ErrInvalidOption)
+	}
 	if o.ttl <= 0 {
 		return fmt.Errorf("%w: ttl %v must be positive", ErrInvalidOption, o.ttl)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -188,6 +189,11 @@ func (s *Session) end(err error) {
 	}
 	close(s.done)
 	s.cancel(err)
+	level := slog.LevelWarn
+	if errors.Is(err, ErrClosed) {
+		level = slog.LevelDebug
+	}
+	s.opts.logger.Log(context.Background(), level, "dlock: session ended", "lease", fmt.Sprintf("%016x", int64(s.id)), "cause", err)
 }
 
 // extend moves the local deadline forward (never back).

@@ -36,8 +36,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/dlock-go/dlock/integration/tlstest"
 )
 
 // StartTimeout bounds how long New waits for the cluster to be ready.
@@ -50,6 +53,16 @@ type config struct {
 	members    int
 	tickMs     uint
 	electionMs uint
+	certs      *tlstest.Certs
+	clientAuth bool
+}
+
+// WithTLS makes the members serve clients over TLS with certs' server
+// certificate; with clientAuth they also require a client certificate
+// signed by certs' CA (mutual TLS, as Kubernetes' etcd does). The
+// cluster's Config then trusts the CA and presents the client certificate.
+func WithTLS(certs *tlstest.Certs, clientAuth bool) Option {
+	return func(c *config) { c.certs, c.clientAuth = certs, clientAuth }
 }
 
 // WithMembers sets the number of members: 1 (the default) or 3 (or any odd
@@ -150,6 +163,9 @@ func start(cfg config) (_ *Cluster, err error) {
 		}
 		m.peerURL = url.URL{Scheme: "http", Host: peer}
 		m.clientURL = url.URL{Scheme: "http", Host: client}
+		if cfg.certs != nil {
+			m.clientURL.Scheme = "https"
+		}
 		initial = append(initial, m.name+"="+m.peerURL.String())
 		c.members = append(c.members, m)
 	}
@@ -173,6 +189,12 @@ func (m *Member) start(state string) error {
 	ec.AdvertisePeerUrls = []url.URL{m.peerURL}
 	ec.ListenClientUrls = []url.URL{m.clientURL}
 	ec.AdvertiseClientUrls = []url.URL{m.clientURL}
+	if c := m.cfg.certs; c != nil {
+		ec.ClientTLSInfo = transport.TLSInfo{
+			CertFile: c.ServerCert, KeyFile: c.ServerKey,
+			TrustedCAFile: c.CA, ClientCertAuth: m.cfg.clientAuth,
+		}
+	}
 	ec.InitialCluster = m.initial
 	ec.InitialClusterToken = "etcdtest"
 	ec.ClusterState = state
@@ -280,13 +302,27 @@ func (c *Cluster) Leader(t testing.TB) *Member {
 	}
 }
 
-// Config returns a client configuration for the cluster's endpoints.
+// Config returns a client configuration for the cluster's endpoints (and,
+// on a TLS cluster, its CA and client certificate).
 func (c *Cluster) Config() clientv3.Config {
-	return clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints:   c.Endpoints(),
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	}
+	if certs := c.members[0].cfg.certs; certs != nil {
+		cfg.TLS = certs.ClientConfig()
+	}
+	return cfg
+}
+
+// HostPorts returns the members' client addresses as host:port, for DSNs.
+func (c *Cluster) HostPorts() []string {
+	var hps []string
+	for _, m := range c.members {
+		hps = append(hps, m.clientURL.Host)
+	}
+	return hps
 }
 
 // Client returns a client of the whole cluster, closed by t.Cleanup.

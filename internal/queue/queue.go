@@ -109,6 +109,20 @@ func (q *Queue) leaseGone(ctx context.Context, s *session.Session) bool {
 	return err == nil && resp.TTL == -1
 }
 
+// NilSource reports whether src is nil, or a typed nil of this module's
+// Sources, which constructors reject.
+func NilSource(src session.Source) bool {
+	switch s := src.(type) {
+	case nil:
+		return true
+	case *session.Session:
+		return s == nil
+	case *session.Manager:
+		return s == nil
+	}
+	return false
+}
+
 // ended returns ErrSessionEnded, matching s.Err(), if s has ended.
 func ended(s *session.Session) error {
 	select {

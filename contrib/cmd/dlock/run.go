@@ -136,12 +136,11 @@ func runRun(_ context.Context, e *env, args []string) error {
 		defer ccancel()
 		client.Close(cctx)
 	}()
-	var l lock.Locker
-	if *owner != "" { // etcd, checked above: Client.Locker's lock, plus the owner
-		l, err = lock.New(client.Session(), *name, lock.WithPrefix(cfg.Prefix+"/lock"), lock.WithOwner(*owner))
-	} else {
-		l, err = client.Locker(*name)
+	var lopts []dlock.LockerOption
+	if *owner != "" {
+		lopts = append(lopts, dlock.WithOwner(*owner))
 	}
+	l, err := client.Locker(*name, lopts...)
 	if err != nil {
 		return usageError("%v", err)
 	}

@@ -1,0 +1,102 @@
+package dlock
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// probeTimeout bounds the diagnosis of a failed connection.
+const probeTimeout = time.Second
+
+// probeBudget is the time left to ctx, at most probeTimeout (a second when
+// ctx has no deadline).
+func probeBudget(ctx context.Context) time.Duration {
+	d := probeTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return max(d, 10*time.Millisecond)
+}
+
+// explain adds to err, the failure to reach cfg's servers, what a TLS
+// handshake with the first endpoint says about why: a plaintext client at
+// a TLS server (or the reverse), an untrusted certificate, a missing
+// client certificate. etcd's client only reports a deadline in those
+// cases; the probe runs on that failure path only.
+func explain(ctx context.Context, err error, cfg Config) error {
+	if len(cfg.Endpoints) == 0 {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeBudget(ctx))
+	defer cancel()
+	if why := diagnose(ctx, cfg.Endpoints[0], cfg.TLS); why != "" {
+		return fmt.Errorf("%w (%s)", err, why)
+	}
+	return err
+}
+
+// diagnose dials addr and tries the TLS handshake that cfg implies.
+func diagnose(ctx context.Context, addr string, cfg *tls.Config) string {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Sprintf("%s does not accept connections: %v", addr, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if cfg == nil {
+		// Plaintext configured: does the server speak TLS?
+		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, ServerName: host})
+		if tc.HandshakeContext(ctx) == nil {
+			return fmt.Sprintf("%s speaks TLS, and this client plaintext: use a TLS scheme (etcds://, rediss://) with cacert, or set Config.TLS", addr)
+		}
+		return ""
+	}
+	c := cfg.Clone()
+	if c.ServerName == "" {
+		c.ServerName = host
+	}
+	tc := tls.Client(conn, c)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return "TLS handshake with " + addr + ": " + hint(err)
+	}
+	// In TLS 1.3 the server checks the client certificate after the
+	// client's side of the handshake: its verdict comes with the first read.
+	tc.SetReadDeadline(time.Now().Add(probeTimeout / 4))
+	if _, err := tc.Read(make([]byte, 1)); err != nil && isAlert(err) {
+		return "TLS with " + addr + ": " + hint(err)
+	}
+	return ""
+}
+
+func isAlert(err error) bool {
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout()) && strings.Contains(err.Error(), "tls:")
+}
+
+// hint says what a TLS error means for the user's configuration.
+func hint(err error) string {
+	msg := err.Error()
+	var why string
+	switch {
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		why = "the server speaks plaintext: use a plaintext scheme (etcd://, redis://) or no Config.TLS"
+	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"):
+		why = "the server requires a client certificate signed by a CA it trusts: give cert and key (Config.TLS.Certificates)"
+	case strings.Contains(msg, "unknown authority"):
+		why = "the server's certificate is not signed by a CA this client trusts: check cacert (Config.TLS.RootCAs)"
+	case strings.Contains(msg, "not valid for"), strings.Contains(msg, "doesn't contain any IP SANs"):
+		why = "the server's certificate is for another name: set server_name (Config.TLS.ServerName)"
+	default:
+		return msg
+	}
+	return msg + ": " + why
+}
