@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/redistest"
+	"github.com/dlock-go/dlock/integration/tlstest"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -28,6 +29,8 @@ func TestParseDSN(t *testing.T) {
 		"redlock://h1,h2,h3,h4,h5?ttl=3s&dial_timeout=1s": {Backend: "redlock", Endpoints: []string{"h1:6379", "h2:6379", "h3:6379", "h4:6379", "h5:6379"},
 			TTL: 3 * time.Second, DialTimeout: time.Second},
 		"etcd://[::1]:2379/a/b": {Backend: "etcd", Endpoints: []string{"[::1]:2379"}, Prefix: "a/b"},
+		"redis+sentinel://s1,s2:26380,s3/app?master_name=mymaster": {Backend: "redis", Endpoints: []string{"s1:26379", "s2:26380", "s3:26379"}, Prefix: "app", MasterName: "mymaster"},
+		"redis+cluster://n1,n2,n3/app":                             {Backend: "redis", Endpoints: []string{"n1:6379", "n2:6379", "n3:6379"}, Prefix: "app", Cluster: true},
 	}
 	for dsn, want := range cases {
 		got, err := dlock.ParseDSN(dsn)
@@ -35,26 +38,40 @@ func TestParseDSN(t *testing.T) {
 		assert.Equal(t, want, got, dsn)
 	}
 	bad := map[string]string{
-		"":                          "scheme",
-		"h1:2379":                   "scheme",
-		"zk://h":                    "scheme",
-		"etcd://":                   "hosts",
-		"etcd://h1,,h2":             "empty host",
-		"etcd://h?ttl=abc":          "ttl",
-		"etcd://h?ttl=-1s":          "ttl",
-		"etcd://h?ttl=1500ms":       "ttl",
-		"etcd://h?ttl=1s":           "ttl",
-		"etcd://h?colour=red":       "unknown parameter",
-		"redis://h1,h2":             "exactly one",
-		"redlock://h1,h2":           "at least 3",
-		"redis://h?db=x":            "db",
-		"redis://h:99999":           "port",
-		"redis://h:abc":             "port",
-		"etcd://h/{x}":              "prefix",
-		"etcd://h/a%25b":            "prefix",
-		"redis://h?ttl=1ms":         "ttl",
-		"redlock://a,b,c?ttl=100ms": "node timeout",
-		"etcd://h?dial_timeout=0s":  "dial_timeout",
+		"":                                     "scheme",
+		"h1:2379":                              "scheme",
+		"zk://h":                               "scheme",
+		"etcd://":                              "hosts",
+		"etcd://h1,,h2":                        "empty host",
+		"etcd://h?ttl=abc":                     "ttl",
+		"etcd://h?ttl=-1s":                     "ttl",
+		"etcd://h?ttl=1500ms":                  "ttl",
+		"etcd://h?ttl=1s":                      "ttl",
+		"etcd://h?colour=red":                  "unknown parameter",
+		"redis://h1,h2":                        "exactly one",
+		"redlock://h1,h2":                      "at least 3",
+		"redis://h?db=x":                       "db",
+		"redis://h:99999":                      "port",
+		"redis://h:abc":                        "port",
+		"etcd://h/{x}":                         "prefix",
+		"etcd://h/a%25b":                       "prefix",
+		"redis://h?ttl=1ms":                    "ttl",
+		"redlock://a,b,c?ttl=100ms":            "node timeout",
+		"etcd://h?dial_timeout=0s":             "dial_timeout",
+		"etcd://h?cacert=ca.pem":               "TLS parameters need a TLS scheme (etcds://)",
+		"redis://h?cert=c.pem":                 "TLS parameters need a TLS scheme (rediss://)",
+		"redlock://a,b,c?key=k":                "TLS parameters need a TLS scheme (redlocks://)",
+		"redis+cluster://a?cacert=x":           "TLS parameters need a TLS scheme (rediss+cluster://)",
+		"etcds://h?cacert=":                    "cacert is empty",
+		"etcds://h?server_name=":               "server_name is empty",
+		"etcds://h?cacert=/nonexistent/ca.pem": "cacert",
+		"etcds://h?cert=/x/client.pem":         "without key",
+		"etcds://h?key=/x/client-key.pem":      "without cert",
+		"etcds://h?cert=/nonexistent/c.pem&key=/nonexistent/k": "cert, key",
+		"etcds://h?colour=red":                                 "unknown parameter",
+		"redis+sentinel://s1,s2,s3":                            "master_name",
+		"redis://h?master_name=m":                              "master_name: only for redis+sentinel",
+		"redis+cluster://a,b?master_name=m":                    "master_name: only for redis+sentinel",
 	}
 	for dsn, field := range bad {
 		_, err := dlock.ParseDSN(dsn)
@@ -64,10 +81,37 @@ func TestParseDSN(t *testing.T) {
 	}
 }
 
+// TLS schemes load the files named in the DSN into Config.TLS.
+func TestParseDSNTLS(t *testing.T) {
+	certs := tlstest.New(t)
+	c, err := dlock.ParseDSN("etcds://h1,h2/app?cacert=" + certs.CA + "&cert=" + certs.ClientCert + "&key=" + certs.ClientKey + "&server_name=etcd.example")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"h1:2379", "h2:2379"}, c.Endpoints)
+	require.NotNil(t, c.TLS)
+	assert.Equal(t, "etcd.example", c.TLS.ServerName)
+	assert.NotNil(t, c.TLS.RootCAs)
+	assert.Len(t, c.TLS.Certificates, 1)
+	for _, dsn := range []string{"rediss://h/x", "redlocks://a,b,c", "rediss+sentinel://s?master_name=m", "rediss+cluster://a,b"} {
+		c, err := dlock.ParseDSN(dsn)
+		require.NoError(t, err, dsn)
+		require.NotNil(t, c.TLS, "%s: system roots", dsn)
+		assert.Nil(t, c.TLS.RootCAs, dsn)
+	}
+	_, err = dlock.ParseDSN("etcds://h?cacert=" + certs.ClientKey)
+	assert.ErrorContains(t, err, "holds no PEM certificate")
+	_, err = dlock.ParseDSN("etcds://h?cert=" + certs.ClientCert + "&key=" + certs.ServerKey)
+	assert.ErrorContains(t, err, "cert, key")
+}
+
 func FuzzParseDSN(f *testing.F) {
 	f.Add("etcd://h1:2379,h2:2379/app?ttl=5s")
 	f.Add("redis://u:p@h:6379/x?db=1")
 	f.Add("redlock://a,b,c")
+	f.Add("etcds://h1,h2/app?server_name=etcd.example")
+	f.Add("rediss://h/x?cacert=ca.pem&cert=c.pem&key=k.pem")
+	f.Add("redis+sentinel://s1,s2/p?master_name=m")
+	f.Add("redis+cluster://n1,n2,n3/p")
+	f.Add("redlocks://a,b,c?ttl=3s")
 	f.Fuzz(func(t *testing.T, dsn string) {
 		c, err := dlock.ParseDSN(dsn)
 		if err != nil {

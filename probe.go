@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -34,14 +35,15 @@ func explain(ctx context.Context, err error, cfg Config) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeBudget(ctx))
 	defer cancel()
-	if why := diagnose(ctx, cfg.Endpoints[0], cfg.TLS); why != "" {
+	if why := diagnose(ctx, cfg.Endpoints[0], cfg.TLS, cfg.Backend == BackendEtcd); why != "" {
 		return fmt.Errorf("%w (%s)", err, why)
 	}
 	return err
 }
 
-// diagnose dials addr and tries the TLS handshake that cfg implies.
-func diagnose(ctx context.Context, addr string, cfg *tls.Config) string {
+// diagnose dials addr and tries the TLS handshake that cfg implies. etcd
+// says whether the server is etcd (gRPC) rather than Redis.
+func diagnose(ctx context.Context, addr string, cfg *tls.Config, etcd bool) string {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -66,6 +68,9 @@ func diagnose(ctx context.Context, addr string, cfg *tls.Config) string {
 	}
 	tc := tls.Client(conn, c)
 	if err := tc.HandshakeContext(ctx); err != nil {
+		if errors.Is(err, io.EOF) && speaksPlaintext(ctx, addr, etcd) {
+			return "TLS handshake with " + addr + ": the server speaks plaintext: use a plaintext scheme (etcd://, redis://) or no Config.TLS"
+		}
 		return "TLS handshake with " + addr + ": " + hint(err)
 	}
 	// In TLS 1.3 the server checks the client certificate after the
@@ -75,6 +80,33 @@ func diagnose(ctx context.Context, addr string, cfg *tls.Config) string {
 		return "TLS with " + addr + ": " + hint(err)
 	}
 	return ""
+}
+
+// speaksPlaintext reports whether addr answers a plaintext greeting: the
+// HTTP/2 preface that gRPC (etcd) opens with, or a Redis PING.
+func speaksPlaintext(ctx context.Context, addr string, etcd bool) bool {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	hello, want := "PING\r\n", func(b []byte) bool { return b[0] == '+' || b[0] == '-' }
+	if etcd {
+		// The client preface and an empty SETTINGS frame; the server
+		// answers with its own SETTINGS frame (type 4, the 4th byte).
+		hello = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+		want = func(b []byte) bool { return b[3] == 4 }
+	}
+	if _, err := io.WriteString(conn, hello); err != nil {
+		return false
+	}
+	b := make([]byte, 9)
+	n, err := io.ReadAtLeast(conn, b, 4)
+	return err == nil && n >= 4 && want(b)
 }
 
 func isAlert(err error) bool {

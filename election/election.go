@@ -96,7 +96,7 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	}
 	h, err := el.q.Acquire(ctx, s, value, false)
 	if err != nil {
-		return nil, opErr(el.name, "campaign", false, err)
+		return nil, opErr(el.name, "campaign", false, el.q.Denied(err))
 	}
 	return &Term{el: el, h: h, value: value}, nil
 }
@@ -107,7 +107,7 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 func (el *Election) Leader(ctx context.Context) (Leader, error) {
 	resp, err := el.src.Client().Get(ctx, el.q.Prefix(), clientv3.WithFirstCreate()...)
 	if err != nil {
-		return Leader{}, opErr(el.name, "leader", false, err)
+		return Leader{}, opErr(el.name, "leader", false, el.q.Denied(err))
 	}
 	if len(resp.Kvs) == 0 {
 		return Leader{}, opErr(el.name, "leader", false, ErrNoLeader)

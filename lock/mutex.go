@@ -101,7 +101,7 @@ func acquire(ctx context.Context, q *queue.Queue, src session.Source, name, op, 
 	}
 	h, err := q.Acquire(ctx, s, owner, try)
 	if err != nil {
-		return nil, opErr(name, op, false, err)
+		return nil, opErr(name, op, false, q.Denied(err))
 	}
 	return &Grant{name: name, h: h}, nil
 }

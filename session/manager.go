@@ -153,6 +153,9 @@ func (m *Manager) Current(ctx context.Context) (*Session, error) {
 }
 
 func (m *Manager) ctxErr(ctx context.Context, last error) error {
+	if errors.Is(last, ctx.Err()) {
+		return last
+	}
 	if last == nil {
 		return fmt.Errorf("session: manager: %w", ctx.Err())
 	}

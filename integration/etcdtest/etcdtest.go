@@ -348,7 +348,11 @@ func NewClient(t testing.TB, cfg clientv3.Config) *clientv3.Client {
 // Proxy is a fault-injecting TCP proxy between one client and one member.
 type Proxy struct {
 	proxy.Server
+	addr string
 }
+
+// Addr returns the proxy's listening address, host:port.
+func (p *Proxy) Addr() string { return p.addr }
 
 // Blackhole drops all traffic in both directions; connections stay open, so
 // the client notices only through its own timeouts.
@@ -361,6 +365,17 @@ func (p *Proxy) Unblackhole() { p.UnblackholeTx(); p.UnblackholeRx() }
 // fault proxy to the first member (or the member given), and the proxy.
 // Both are closed by t.Cleanup.
 func (c *Cluster) ProxiedClient(t testing.TB, member ...*Member) (*clientv3.Client, *Proxy) {
+	t.Helper()
+	p := c.NewProxy(t, member...)
+	cfg := c.Config()
+	cfg.Endpoints = []string{"http://" + p.Addr()}
+	return NewClient(t, cfg), p
+}
+
+// NewProxy starts a fault proxy to the first member (or the member given)
+// on a free loopback port, closed by t.Cleanup. Point a client (or a DSN)
+// at Addr.
+func (c *Cluster) NewProxy(t testing.TB, member ...*Member) *Proxy {
 	t.Helper()
 	m := c.members[0]
 	if len(member) > 0 {
@@ -375,9 +390,7 @@ func (c *Cluster) ProxiedClient(t testing.TB, member ...*Member) (*clientv3.Clie
 		t.Fatalf("etcdtest: proxy: %v", err)
 	}
 	t.Cleanup(func() { p.Close() })
-	cfg := c.Config()
-	cfg.Endpoints = []string{"http://" + from.Host}
-	return NewClient(t, cfg), &Proxy{p}
+	return &Proxy{Server: p, addr: from.Host}
 }
 
 // FreeAddr returns a loopback address "127.0.0.1:port" whose port was free a

@@ -8,7 +8,9 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 
 	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/session"
@@ -96,6 +98,10 @@ func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try
 		}
 		resp, err := txn.Commit()
 		if err != nil {
+			if refused(err) { // not applied, now or later
+				st.release(t.slot)
+				return ticket{}, nil, err
+			}
 			return ticket{}, nil, withCleanup(err, t, q.abandon(ctx, s, t, true))
 		}
 		if resp.Succeeded {
@@ -131,6 +137,21 @@ func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try
 	}
 	st.release(t.slot)
 	return ticket{}, nil, fmt.Errorf("enqueue: %d tries: %w", maxTries, errNoProgress)
+}
+
+// refused reports whether etcd refused a request for good, so that it was
+// not applied and never will be (unlike a timeout, whose outcome is
+// unknown): permission denied, bad arguments, auth.
+func refused(err error) bool {
+	var ee rpctypes.EtcdError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	switch ee.Code() {
+	case codes.PermissionDenied, codes.InvalidArgument, codes.Unauthenticated, codes.FailedPrecondition, codes.OutOfRange:
+		return true
+	}
+	return false
 }
 
 // removeStray deletes a key under t's name, created at rev: the session's

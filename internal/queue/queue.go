@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/session"
@@ -42,6 +43,7 @@ func PrefixFor(root, name string) string {
 // use; every Acquire is an independent entry.
 type Queue struct {
 	cli    *clientv3.Client
+	root   string
 	prefix string
 	rule   Rule
 }
@@ -49,7 +51,17 @@ type Queue struct {
 // New returns the queue of name under root (see PrefixFor) on cli, whose
 // entries are granted by rule. It does no I/O.
 func New(cli *clientv3.Client, root, name string, rule Rule) *Queue {
-	return &Queue{cli: cli, prefix: PrefixFor(root, name), rule: rule}
+	return &Queue{cli: cli, root: root, prefix: PrefixFor(root, name), rule: rule}
+}
+
+// Denied adds to err, if etcd denied a request of the queue for lack of
+// permission, which permission the user needs: readwrite on every key
+// under the queue's root (its entries, and the side keys beside them).
+func (q *Queue) Denied(err error) error {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		return fmt.Errorf("%w (the etcd user needs readwrite permission on the keys with prefix %q)", err, q.root+"/")
+	}
+	return err
 }
 
 // Prefix returns the queue's key prefix; it ends with "/".

@@ -1,0 +1,256 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/election"
+	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/integration/tlstest"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/session"
+)
+
+// A Client survives its session: a partition longer than the TTL loses the
+// held lock (Done closes, Unlock reports the loss), and after healing the
+// same Locker and a fresh Election work again, on a new session, with
+// greater tokens. The recovery time (heal → next Lock granted) is logged.
+func TestClientRecoversAfterPartition(t *testing.T) {
+	c := etcdtest.New(t)
+	p := c.NewProxy(t)
+	ctx := etcdtest.Context(t)
+	client, err := dlock.Open(ctx, dlock.Config{
+		Backend: dlock.BackendEtcd, Endpoints: []string{p.Addr()}, Prefix: "recover", TTL: 2 * time.Second,
+	})
+	require.NoError(t, err)
+	t.Cleanup(p.Unblackhole) // before the Client's Close
+	defer client.Close(ctx)
+	l, err := client.Locker("jobs/one")
+	require.NoError(t, err)
+	h, err := l.Lock(ctx)
+	require.NoError(t, err)
+	first := h.Token()
+	done := h.Done()
+
+	p.Blackhole()
+	cut := time.Now()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the held lock was not reported lost during the partition")
+	}
+	t.Logf("lock reported lost %v after the cut (TTL 2s)", time.Since(cut).Round(time.Millisecond))
+	require.ErrorIs(t, h.Err(), lock.ErrLockLost)
+	require.ErrorIs(t, h.Err(), session.ErrExpired)
+	require.ErrorIs(t, h.Unlock(ctx), lock.ErrLockLost)
+
+	// The server expires the old lease: another client sees the key go.
+	other := c.Client(t)
+	require.Eventually(t, func() bool {
+		resp, err := other.Get(ctx, "recover/lock/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	}, 10*time.Second, 50*time.Millisecond, "the old lease's key was not deleted") // polling etcd state: no event for "nothing left"
+
+	p.Unblackhole()
+	healed := time.Now()
+	h2, err := l.Lock(ctx)
+	require.NoError(t, err, "the same Locker after healing")
+	recovery := time.Since(healed)
+	t.Logf("recovery: heal → Lock granted on a new session in %v", recovery.Round(time.Millisecond))
+	assert.Greater(t, h2.Token().Seq, first.Seq)
+	require.NoError(t, h2.Unlock(ctx))
+
+	el, err := client.Election("leader")
+	require.NoError(t, err)
+	term, err := el.Campaign(ctx, "me")
+	require.NoError(t, err, "a fresh Election after healing")
+	assert.Greater(t, term.Epoch(), first.Seq)
+	require.NoError(t, term.Resign(ctx))
+}
+
+// Client.Election works on etcd and is unsupported on Redis.
+func TestClientElection(t *testing.T) {
+	c := etcdtest.New(t)
+	ctx := etcdtest.Context(t)
+	client, err := dlock.Open(ctx, dlock.Config{Backend: dlock.BackendEtcd, Endpoints: c.HostPorts(), Prefix: "app"})
+	require.NoError(t, err)
+	defer client.Close(ctx)
+	el, err := client.Election("primary")
+	require.NoError(t, err)
+	assert.Equal(t, "app/election/primary/", el.Prefix(), "under the Client's prefix")
+	obs := el.Observe(ctx)
+	assert.Equal(t, election.Leader{}, <-obs)
+	term, err := el.Campaign(ctx, "node-1")
+	require.NoError(t, err)
+	assert.Equal(t, election.Leader{Value: "node-1", Epoch: term.Epoch()}, <-obs)
+	require.NoError(t, term.Resign(ctx))
+	_, err = client.Election("bad//name")
+	assert.ErrorIs(t, err, election.ErrInvalidName)
+
+	l, err := client.Locker("x", dlock.WithOwner("worker-7"))
+	require.NoError(t, err)
+	h, err := l.Lock(ctx)
+	require.NoError(t, err)
+	resp, err := c.Client(t).Get(ctx, h.(*lock.Grant).Key())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	assert.Equal(t, "worker-7", string(resp.Kvs[0].Value), "WithOwner")
+	require.NoError(t, h.Unlock(ctx))
+	_, err = client.Locker("x", dlock.WithOwner("has space"))
+	assert.ErrorIs(t, err, lock.ErrInvalidOption)
+}
+
+// Mutual TLS against embedded etcd, with certificates made in the test:
+// through a DSN and through Config.TLS. A plaintext client at the TLS
+// server, a client without its certificate, one that does not trust the
+// server's CA, and a TLS client at a plaintext server all fail within the
+// dial timeout, saying why.
+func TestMutualTLS(t *testing.T) {
+	certs := tlstest.New(t)
+	c := etcdtest.New(t, etcdtest.WithTLS(certs, true))
+	plain := etcdtest.New(t)
+	hp := c.HostPorts()[0]
+	ctx := etcdtest.Context(t)
+	files := "cacert=" + certs.CA + "&cert=" + certs.ClientCert + "&key=" + certs.ClientKey
+
+	use := func(t *testing.T, cfg dlock.Config) {
+		t.Helper()
+		client, err := dlock.Open(ctx, cfg)
+		require.NoError(t, err)
+		defer client.Close(ctx)
+		l, err := client.Locker("tls")
+		require.NoError(t, err)
+		require.NoError(t, lock.Do(ctx, l, func(context.Context, lock.Held) error { return nil }))
+		el, err := client.Election("tls")
+		require.NoError(t, err)
+		term, err := el.Campaign(ctx, "me")
+		require.NoError(t, err)
+		require.NoError(t, term.Resign(ctx))
+	}
+	t.Run("dsn", func(t *testing.T) {
+		cfg, err := dlock.ParseDSN("etcds://" + hp + "/app?" + files)
+		require.NoError(t, err)
+		use(t, cfg)
+	})
+	t.Run("dsn with server_name", func(t *testing.T) {
+		// The certificate is for localhost and 127.0.0.1: dial by IP,
+		// verify the name.
+		cfg, err := dlock.ParseDSN("etcds://" + hp + "/app?server_name=" + tlstest.ServerName + "&" + files)
+		require.NoError(t, err)
+		use(t, cfg)
+	})
+	t.Run("config", func(t *testing.T) {
+		use(t, dlock.Config{Backend: dlock.BackendEtcd, Endpoints: []string{hp}, TLS: certs.ClientConfig()})
+	})
+
+	const dial = 2 * time.Second
+	for _, tc := range []struct {
+		name, dsn, says string
+	}{
+		{"plaintext client, TLS server", "etcd://" + hp, "speaks TLS"},
+		{"no client certificate", "etcds://" + hp + "?cacert=" + certs.CA, "client certificate"},
+		{"untrusted server", "etcds://" + hp + "?cacert=" + certs.OtherCA + "&cert=" + certs.ClientCert + "&key=" + certs.ClientKey, "not signed by a CA this client trusts"},
+		{"TLS client, plaintext server", "etcds://" + plain.HostPorts()[0] + "?" + files, "speaks plaintext"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := dlock.ParseDSN(tc.dsn + sep(tc.dsn) + "dial_timeout=" + dial.String())
+			require.NoError(t, err)
+			start := time.Now()
+			_, err = dlock.Open(ctx, cfg)
+			took := time.Since(start)
+			require.Error(t, err)
+			t.Logf("%v after %v", err, took.Round(time.Millisecond))
+			assert.ErrorContains(t, err, tc.says)
+			// Within the dial timeout (a margin for a loaded machine), not a hang.
+			assert.Less(t, took, dial+time.Second)
+		})
+	}
+}
+
+func sep(dsn string) string {
+	if strings.Contains(dsn, "?") {
+		return "&"
+	}
+	return "?"
+}
+
+// etcd auth: a user whose role grants readwrite on the Client's prefix
+// alone can lock, TryLock, campaign and observe; a Client on another prefix
+// is denied with an error that names the permission it lacks.
+func TestAuthLimitedToPrefix(t *testing.T) {
+	c := etcdtest.New(t)
+	ctx := etcdtest.Context(t)
+	root := c.Client(t)
+	for _, step := range []func() error{
+		func() error { _, err := root.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := root.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := root.RoleAdd(ctx, "app"); return err },
+		// The README's line: etcdctl role grant-permission app readwrite --prefix=true app/
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "app", "app/", clientv3.GetPrefixRangeEnd("app/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := root.UserAdd(ctx, "app", "apppw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "app", "app"); return err },
+		func() error { _, err := root.AuthEnable(ctx); return err },
+	} {
+		require.NoError(t, step())
+	}
+	hp := c.HostPorts()[0]
+	cfg, err := dlock.ParseDSN("etcd://app:apppw@" + hp + "/app?ttl=5s")
+	require.NoError(t, err)
+	client, err := dlock.Open(ctx, cfg)
+	require.NoError(t, err)
+	defer client.Close(ctx)
+
+	l, err := client.Locker("jobs/a")
+	require.NoError(t, err)
+	h, err := l.Lock(ctx)
+	require.NoError(t, err, "Lock under the permitted prefix")
+	_, err = l.TryLock(ctx)
+	assert.ErrorIs(t, err, lock.ErrLocked)
+	require.NoError(t, h.Unlock(ctx))
+	h, err = l.TryLock(ctx)
+	require.NoError(t, err, "TryLock under the permitted prefix")
+	require.NoError(t, h.Unlock(ctx))
+
+	el, err := client.Election("leader")
+	require.NoError(t, err)
+	obs := el.Observe(ctx)
+	assert.Equal(t, election.Leader{}, <-obs)
+	term, err := el.Campaign(ctx, "me")
+	require.NoError(t, err, "Campaign under the permitted prefix")
+	assert.Equal(t, election.Leader{Value: "me", Epoch: term.Epoch()}, <-obs, "Observe under the permitted prefix")
+	require.NoError(t, term.Resign(ctx))
+
+	cfg.Prefix = "other"
+	denied, err := dlock.Open(ctx, cfg)
+	require.NoError(t, err, "a session needs no key permission")
+	defer denied.Close(ctx)
+	dl, err := denied.Locker("jobs/a")
+	require.NoError(t, err)
+	_, err = dl.Lock(ctx)
+	require.Error(t, err)
+	t.Log(err)
+	assert.ErrorContains(t, err, "permission denied")
+	assert.ErrorContains(t, err, `readwrite permission on the keys with prefix "other/lock/"`)
+	del, err := denied.Election("leader")
+	require.NoError(t, err)
+	_, err = del.Campaign(ctx, "me")
+	assert.ErrorContains(t, err, `readwrite permission on the keys with prefix "other/election/"`)
+
+	bad, err := dlock.ParseDSN("etcd://app:wrong@" + hp + "/app")
+	require.NoError(t, err)
+	_, err = dlock.Open(ctx, bad)
+	require.Error(t, err)
+	assert.True(t, strings.Contains(err.Error(), "authentication failed") || errors.Is(err, context.DeadlineExceeded), "%v", err)
+}
