@@ -423,3 +423,38 @@ func TestOneHeartbeatForManyLocks(t *testing.T) {
 	assert.LessOrEqual(t, got, int64(extensions+1), "keepalives for %d extensions with 50 locks held", extensions)
 	assert.GreaterOrEqual(t, got, int64(extensions-1)) // one may have been in flight at the start
 }
+
+// A Mutex on a session.Manager outlives its session: the grant of the
+// ended session reports the loss, and the same Mutex's next Lock runs on a
+// fresh session. On a plain Session, the next Lock fails (today's meaning).
+func TestMutexOnManager(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := etcdtest.Context(t)
+	m, err := session.NewManager(cli)
+	require.NoError(t, err)
+	defer m.Close(ctx)
+	mu, err := lock.New(m, "managed")
+	require.NoError(t, err)
+	h, err := mu.Lock(ctx)
+	require.NoError(t, err)
+	s, err := m.Current(ctx)
+	require.NoError(t, err)
+	_, err = cli.Revoke(ctx, s.Lease())
+	require.NoError(t, err)
+	<-h.Done()
+	assert.ErrorIs(t, h.Err(), lock.ErrLockLost)
+	assert.ErrorIs(t, h.Unlock(ctx), lock.ErrLockLost)
+	<-s.Done()
+	h2, err := mu.Lock(ctx)
+	require.NoError(t, err, "the next Lock runs on a fresh session")
+	assert.Greater(t, h2.Token().Seq, h.Token().Seq)
+	require.NoError(t, h2.Unlock(ctx))
+
+	plain := etcdtest.Session(t, cli)
+	pm := newMutex(t, plain, "plain")
+	require.NoError(t, plain.Close(ctx))
+	_, err = pm.Lock(ctx)
+	assert.ErrorIs(t, err, lock.ErrSessionDone)
+	assert.ErrorIs(t, err, session.ErrClosed)
+}
