@@ -27,6 +27,9 @@ func (l Liveness) String() string {
 // before relying on a property: for example, only fence a resource with a
 // Locker whose FencingTokens is true.
 type Capabilities struct {
+	// Exclusive: at most one grant at a time (false for a semaphore's
+	// permits).
+	Exclusive bool
 	// FencingTokens: every grant carries a Token whose Seq is strictly
 	// greater than every earlier grant's of the same lock.
 	FencingTokens bool

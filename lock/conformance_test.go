@@ -32,3 +32,37 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+func TestConformanceSemaphore(t *testing.T) {
+	cli := etcdtest.New(t).Client(t)
+	locktest.RunSemaphore(t, locktest.SemaphoreBackend{
+		New: func(t *testing.T, name string, permits int) locktest.Semaphore {
+			s, err := lock.NewSemaphore(etcdtest.Session(t, cli), name, permits)
+			require.NoError(t, err)
+			return s
+		},
+		Lose: func(t *testing.T, h lock.Held) {
+			_, err := cli.Delete(t.Context(), h.(*lock.Grant).Key())
+			require.NoError(t, err)
+		},
+	})
+}
+
+func TestConformanceRWMutex(t *testing.T) {
+	cli := etcdtest.New(t).Client(t)
+	newRW := func(t *testing.T, name string) *lock.RWMutex {
+		rw, err := lock.NewRWMutex(etcdtest.Session(t, cli), name)
+		require.NoError(t, err)
+		return rw
+	}
+	locktest.Run(t, locktest.Backend{
+		New: func(t *testing.T, name string) lock.Locker { return newRW(t, name) },
+		Lose: func(t *testing.T, h lock.Held) {
+			_, err := cli.Delete(t.Context(), h.(*lock.Grant).Key())
+			require.NoError(t, err)
+		},
+	})
+	locktest.RunRW(t, locktest.RWBackend{
+		New: func(t *testing.T, name string) locktest.RWLocker { return newRW(t, name) },
+	})
+}

@@ -38,6 +38,12 @@ var (
 	// Unlock when a grant's key was deleted.
 	ErrKeyDeleted = errors.New("lock: key deleted")
 
+	// ErrPermitsMismatch is returned by Semaphore.Acquire and TryAcquire
+	// when the semaphore's holders and waiters were created with another
+	// number of permits, or the name is used by a lock that is not a
+	// semaphore. Nothing is left behind.
+	ErrPermitsMismatch = errors.New("lock: permits mismatch")
+
 	// ErrInvalidName is returned by constructors for a lock name outside the
 	// allowed alphabet (see ValidateName).
 	ErrInvalidName = errors.New("lock: invalid name")
@@ -59,6 +65,10 @@ func opErr(name, op string, held bool, err error) error {
 		err = ErrLocked
 	case errors.Is(err, queue.ErrReleased):
 		err = ErrUnlocked
+	case errors.Is(err, queue.ErrPermits):
+		var pe *queue.PermitsError
+		errors.As(err, &pe)
+		err = fmt.Errorf("%w: this semaphore has %d permits, %s", ErrPermitsMismatch, pe.Want, holdersOf(pe.Have))
 	case held && errors.Is(err, queue.ErrSessionEnded):
 		err = fmt.Errorf("%w: %w", ErrLockLost, queue.SessionCause(err))
 	case held && errors.Is(err, queue.ErrEntryGone):
@@ -71,4 +81,11 @@ func opErr(name, op string, held bool, err error) error {
 		err = fmt.Errorf("%w while waiting", ErrKeyDeleted)
 	}
 	return errs.New("lock", name, op, err)
+}
+
+func holdersOf(have int) string {
+	if have == 0 {
+		return "but the name is held by a lock that is not a semaphore"
+	}
+	return fmt.Sprintf("its holders %d", have)
 }

@@ -49,7 +49,11 @@ func New(src session.Source, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Mutex{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, queue.Exclusive), opts: o}, nil
+	rule := queue.Exclusive
+	if o.lockDelay > 0 {
+		rule = queue.ExclusiveDelay(o.lockDelay)
+	}
+	return &Mutex{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, rule), opts: o}, nil
 }
 
 // newLock validates the arguments every etcd lock's constructor takes.
@@ -73,7 +77,7 @@ func (m *Mutex) Prefix() string { return m.q.Prefix() }
 
 // Capabilities reports the etcd Mutex's guarantees.
 func (m *Mutex) Capabilities() Capabilities {
-	return Capabilities{FencingTokens: true, FIFO: true, Liveness: LivenessSession, SurvivesFailover: true}
+	return Capabilities{Exclusive: true, FencingTokens: true, FIFO: true, Liveness: LivenessSession, SurvivesFailover: true}
 }
 
 // Lock waits in FIFO order until the lock is granted, ctx ends, or the

@@ -64,6 +64,7 @@ func (m *Mutex) Name() string { return m.name }
 // survival of a failover (replication is asynchronous).
 func (m *Mutex) Capabilities() lock.Capabilities {
 	return lock.Capabilities{
+		Exclusive:        true,
 		FencingTokens:    true,
 		FIFO:             false,
 		Liveness:         lock.LivenessTTL,

@@ -95,6 +95,7 @@ func (r *Redlock) Quorum() int { return r.quorum }
 // of nodes (under the assumptions in the package documentation).
 func (r *Redlock) Capabilities() lock.Capabilities {
 	return lock.Capabilities{
+		Exclusive:        true,
 		FencingTokens:    false,
 		FIFO:             false,
 		Liveness:         lock.LivenessTTL,

@@ -81,7 +81,11 @@ func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try
 	if try && haveFree {
 		cmps = append(cmps, free)
 	}
-	then := append(q.rule.joinReads(q), clientv3.OpPut(t.Key, val, clientv3.WithLease(s.Lease())))
+	reads := q.rule.joinReads(q)
+	then := append(reads, clientv3.OpPut(t.Key, q.rule.value(val), clientv3.WithLease(s.Lease())))
+	for _, k := range q.rule.sideKeys(q, t.Key) {
+		then = append(then, clientv3.OpPut(k, ""))
+	}
 	for range maxTries {
 		epoch, err := q.prepare(ctx, s, st)
 		if err != nil {
@@ -106,11 +110,14 @@ func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try
 		}
 		if resp.Succeeded {
 			t.Rev = resp.Header.Revision
-			reads := resp.Responses[:len(then)-1]
-			if try && !haveFree && !q.rule.grantedAtJoin(t.entry, reads) {
+			got := resp.Responses[:len(reads)]
+			if err := q.rule.admit(got); err != nil {
+				return ticket{}, nil, withCleanup(err, t, q.abandon(ctx, s, t, false))
+			}
+			if try && !haveFree && !q.rule.grantedAtJoin(t.entry, got) {
 				return ticket{}, nil, withCleanup(ErrOccupied, t, q.abandon(ctx, s, t, false))
 			}
-			return t, reads, nil
+			return t, got, nil
 		}
 		if !(try && haveFree) {
 			// Rare: read why in a second request rather than carry an
@@ -160,7 +167,7 @@ func refused(err error) bool {
 // caller tries again.
 func (q *Queue) removeStray(ctx context.Context, t ticket, rev int64) error {
 	if _, err := q.remove(ctx, entry{Key: t.Key, Rev: rev}); err != nil {
-		t.st.retire(t.Key)
+		q.retire(t)
 		return fmt.Errorf("removing stray key %q: %w", t.Key, err)
 	}
 	return nil
@@ -206,7 +213,7 @@ func (q *Queue) abandon(ctx context.Context, s *session.Session, t ticket, unkno
 		return nil
 	default:
 	}
-	ops := []clientv3.Op{clientv3.OpDelete(t.Key)}
+	ops := q.deletes(t.Key)
 	if unknown {
 		ops = append(ops, clientv3.OpPut(q.epochKey(t.st), "", clientv3.WithLease(s.Lease())))
 	}
@@ -217,7 +224,7 @@ func (q *Queue) abandon(ctx context.Context, s *session.Session, t ticket, unkno
 		if unknown {
 			t.st.markDirty(q.prefix)
 		}
-		t.st.retire(t.Key) // the next enqueue retries; the lease's end removes it anyway
+		q.retire(t) // the next enqueue retries; the lease's end removes it anyway
 		return err
 	}
 	if unknown {
@@ -239,10 +246,28 @@ func (q *Queue) leave(ctx context.Context, t ticket) (bool, error) {
 	return deleted, nil
 }
 
-// remove deletes e if it is still the same key (same create revision). It
-// reports whether a key was deleted.
+// deletes are the deletes of the entry whose key is key and of its side
+// keys.
+func (q *Queue) deletes(key string) []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpDelete(key)}
+	for _, k := range q.rule.sideKeys(q, key) {
+		ops = append(ops, clientv3.OpDelete(k))
+	}
+	return ops
+}
+
+// retire records t's key and side keys as leftovers (see state.retire).
+func (q *Queue) retire(t ticket) {
+	t.st.retire(t.Key)
+	for _, k := range q.rule.sideKeys(q, t.Key) {
+		t.st.retire(k)
+	}
+}
+
+// remove deletes e (and its side keys) if it is still the same key (same
+// create revision). It reports whether a key was deleted.
 func (q *Queue) remove(ctx context.Context, e entry) (bool, error) {
-	resp, err := q.cli.Txn(ctx).If(e.Owned()).Then(clientv3.OpDelete(e.Key)).Commit()
+	resp, err := q.cli.Txn(ctx).If(e.Owned()).Then(q.deletes(e.Key)...).Commit()
 	if err != nil {
 		return false, err
 	}

@@ -2,54 +2,13 @@ package queue
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// Rule says when an entry of a queue is granted: what its enqueue reads,
-// what it waits on (the predicate of a waiter), and what a try acquire
-// compares. Only this package implements it.
-type Rule interface {
-	// keyPrefix is where the rule's entries' keys go.
-	keyPrefix(q *Queue) string
-	// joinReads are the reads of the enqueue Txn, before its put.
-	joinReads(q *Queue) []clientv3.Op
-	// free returns the compare that holds when an entry put now would be
-	// granted at once, if the rule has one.
-	free(q *Queue) (clientv3.Cmp, bool)
-	// grantedAtJoin reports whether reads (the enqueue's joinReads) say
-	// that e was granted at once.
-	grantedAtJoin(e entry, reads []*pb.ResponseOp) bool
-	// wait blocks until e, enqueued with reads, is granted.
-	wait(ctx context.Context, q *Queue, e entry, reads []*pb.ResponseOp) error
-}
-
-// Exclusive grants an entry when no entry precedes it: a mutex, an
-// election, a writer. A waiter watches its immediate predecessor only.
-var Exclusive Rule = exclusive{}
-
-type exclusive struct{}
-
-func (exclusive) keyPrefix(q *Queue) string { return q.prefix }
-
-func (exclusive) joinReads(q *Queue) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpGet(q.prefix, clientv3.WithLastCreate()...)}
-}
-
-func (exclusive) free(q *Queue) (clientv3.Cmp, bool) {
-	return clientv3.Compare(clientv3.CreateRevision(q.prefix), "=", 0).WithPrefix(), true
-}
-
-func (exclusive) grantedAtJoin(_ entry, reads []*pb.ResponseOp) bool {
-	return predecessor(reads) == nil
-}
-
-func (exclusive) wait(ctx context.Context, q *Queue, e entry, reads []*pb.ResponseOp) error {
-	return q.waitFirst(ctx, e, predecessor(reads), e.Rev+1)
-}
 
 // predecessor returns the entry a one-range read found, or nil.
 func predecessor(reads []*pb.ResponseOp) *mvccpb.KeyValue {
@@ -188,4 +147,218 @@ func watchGoneOnce(ctx context.Context, wch clientv3.WatchChan) (gone, broken bo
 			}
 		}
 	}
+}
+
+// waitReader blocks until no writer precedes e (a reader). writer is the
+// last writer before e at its enqueue. Like waitFirst, it watches only that
+// writer; after its deletion it re-reads, in one Txn of two reads at one
+// revision, whether e still exists and the last writer created before it
+// (checkReader).
+func (q *Queue) waitReader(ctx context.Context, e entry, writer *mvccpb.KeyValue, fromRev int64) error {
+	for writer != nil {
+		delRev, err := q.waitDelete(ctx, string(writer.Key), fromRev)
+		if err != nil {
+			return err
+		}
+		var rev int64
+		if writer, rev, err = q.checkReader(ctx, e, delRev); err != nil {
+			return err
+		}
+		fromRev = rev + 1
+	}
+	return nil
+}
+
+// checkReader is check for a reader: its own key, and the last writer
+// created before it. Serializable after an event, as check.
+func (q *Queue) checkReader(ctx context.Context, e entry, delRev int64) (writer *mvccpb.KeyValue, rev int64, err error) {
+	var resp *clientv3.TxnResponse
+	for _, serializable := range []bool{delRev > 0, false} {
+		var more []clientv3.OpOption
+		if serializable {
+			more = append(more, clientv3.WithSerializable())
+		}
+		if resp, err = q.cli.Txn(ctx).Then(
+			clientv3.OpGet(e.Key, append([]clientv3.OpOption{clientv3.WithKeysOnly()}, more...)...),
+			clientv3.OpGet(q.prefix, lastWriter(q, append(more, clientv3.WithMaxCreateRev(e.Rev))...)...),
+		).Commit(); err != nil {
+			return nil, 0, err
+		}
+		if !serializable || resp.Header.Revision >= delRev {
+			break
+		}
+	}
+	own := resp.Responses[0].GetResponseRange().Kvs
+	if len(own) == 0 || own[0].CreateRevision != e.Rev {
+		return nil, 0, ErrEntryGone
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		writer = kvs[0]
+	}
+	return writer, resp.Header.Revision, nil
+}
+
+// waitOrphans runs once e is first in a queue with lock-delay d: if a
+// shadow older than e exists (an orphan: an earlier entry ended without a
+// release, see ExclusiveDelay), it waits d from now, then deletes the
+// orphans, in a Txn that also checks that e still exists. Without orphans
+// it costs one read.
+func (q *Queue) waitOrphans(ctx context.Context, e entry, d time.Duration) error {
+	own := shadowPrefix(q) + strings.TrimPrefix(e.Key, q.prefix)
+	resp, err := q.cli.Get(ctx, shadowPrefix(q), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev-1))
+	if err != nil {
+		return err
+	}
+	var dels []clientv3.Op
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) != own {
+			dels = append(dels, clientv3.OpDelete(string(kv.Key)))
+		}
+	}
+	if len(dels) == 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	// The orphans' names are of ended leases, which etcd never grants
+	// again: deleting them by name deletes nothing of a live entry.
+	tr, err := q.cli.Txn(ctx).If(e.Owned()).Then(dels...).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return ErrEntryGone
+	}
+	return nil
+}
+
+// waitShared blocks until fewer than n entries precede e (a semaphore
+// with n permits); before is their number at e's enqueue. It keeps that
+// count from one watch on the queue's prefix (deletions, with the deleted
+// key's create revision): a deletion of an earlier entry lowers it, so a
+// release makes only the waiter it grants read anything. That read
+// (checkShared) confirms the grant; after a broken watch (or a check that
+// disagrees with the count) the count is read again.
+func (q *Queue) waitShared(ctx context.Context, e entry, n, before int64) error {
+	const unknown = -1
+	fromRev, delRev := e.Rev+1, int64(0)
+	for {
+		if before == unknown {
+			var rev int64
+			var err error
+			if before, rev, err = q.countBefore(ctx, e); err != nil {
+				return err
+			}
+			fromRev, delRev = rev+1, 0
+		}
+		if before < n {
+			granted, err := q.checkShared(ctx, e, n, delRev)
+			if err != nil || granted {
+				return err
+			}
+			before = unknown
+			continue
+		}
+		var err error
+		if before, delRev, fromRev, err = q.watchCount(ctx, e, n, before, fromRev); err != nil {
+			return err
+		}
+	}
+}
+
+// watchCount follows the deletions under the prefix from fromRev, lowering
+// before for each entry older than e, until before < n (it returns the
+// last deletion's revision as delRev, and the revision to resume from) or
+// the watch breaks (before -1: the count must be read again).
+func (q *Queue) watchCount(ctx context.Context, e entry, n, before, fromRev int64) (int64, int64, int64, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := q.cli.Watch(wctx, q.prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev), clientv3.WithFilterPut(), clientv3.WithPrevKV())
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, 0, 0, ctx.Err()
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				if ctx.Err() != nil {
+					return 0, 0, 0, ctx.Err()
+				}
+				return -1, 0, 0, nil
+			}
+			var last int64
+			for _, ev := range wr.Events {
+				prev := ev.PrevKv
+				switch {
+				case ev.Type != clientv3.EventTypeDelete:
+					continue
+				case prev == nil: // no previous value: the count is unknown
+					return -1, 0, 0, nil
+				case prev.CreateRevision == e.Rev && string(ev.Kv.Key) == e.Key:
+					return 0, 0, 0, ErrEntryGone
+				case prev.CreateRevision < e.Rev:
+					before--
+				}
+				last = ev.Kv.ModRevision
+			}
+			if before < n {
+				return before, last, last + 1, nil
+			}
+		}
+	}
+}
+
+// checkShared reads the first n entries created at or before e: e is
+// granted if it is among them, gone if they are fewer than n without it.
+// Serializable after an event, as check.
+func (q *Queue) checkShared(ctx context.Context, e entry, n, delRev int64) (bool, error) {
+	var resp *clientv3.GetResponse
+	var err error
+	for _, serializable := range []bool{delRev > 0, false} {
+		opts := []clientv3.OpOption{
+			clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(n),
+		}
+		if serializable {
+			opts = append(opts, clientv3.WithSerializable())
+		}
+		if resp, err = q.cli.Get(ctx, q.prefix, opts...); err != nil {
+			return false, err
+		}
+		if !serializable || resp.Header.Revision >= delRev {
+			break
+		}
+	}
+	for _, kv := range resp.Kvs {
+		if kv.CreateRevision == e.Rev && string(kv.Key) == e.Key {
+			return true, nil
+		}
+	}
+	if int64(len(resp.Kvs)) < n {
+		return false, ErrEntryGone
+	}
+	return false, nil
+}
+
+// countBefore counts, linearizably, the entries created before e, and
+// checks that e still exists; it returns the read's revision.
+func (q *Queue) countBefore(ctx context.Context, e entry) (int64, int64, error) {
+	resp, err := q.cli.Get(ctx, q.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev))
+	if err != nil {
+		return 0, 0, err
+	}
+	found := false
+	for _, kv := range resp.Kvs {
+		if kv.CreateRevision == e.Rev && string(kv.Key) == e.Key {
+			found = true
+		}
+	}
+	if !found {
+		return 0, 0, ErrEntryGone
+	}
+	return int64(len(resp.Kvs)) - 1, resp.Header.Revision, nil
 }

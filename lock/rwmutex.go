@@ -1,0 +1,90 @@
+package lock
+
+import (
+	"context"
+
+	"github.com/dlock-go/dlock/internal/queue"
+	"github.com/dlock-go/dlock/session"
+)
+
+// RWMutex is an etcd reader/writer lock: Lock is exclusive, RLock shared
+// with other readers. Readers and writers wait in one FIFO queue of keys
+// (ordered by create revision), so a queued writer is never starved by
+// readers that came after it: they queue behind it. A writer waits for
+// every earlier key; a reader only for the earlier writers, and watches
+// only the last of them, so a writer's release grants the run of readers
+// behind it at once.
+//
+// A writer's Token is its key's create revision and fences like a
+// Mutex's: it is greater than every earlier grant's, reader or writer. A
+// reader's Token orders it after the writers before it, but readers
+// overlap each other: do not fence a shared resource's writes with reader
+// tokens against each other. Lock and TryLock make the RWMutex a Locker
+// (its Capabilities are a Mutex's); the writer keys are a Mutex's, so a
+// Mutex of the same name and prefix acts as one more writer.
+//
+// An RWMutex is safe for concurrent use; every call is an independent
+// grant.
+type RWMutex struct {
+	src    session.Source
+	name   string
+	writer *queue.Queue
+	reader *queue.Queue
+	opts   options
+}
+
+var _ Locker = (*RWMutex)(nil)
+
+// NewRWMutex returns the reader/writer lock called name on src (a
+// *session.Session or a *session.Manager); name and options are checked as
+// by New. It does no I/O.
+func NewRWMutex(src session.Source, name string, opts ...Option) (*RWMutex, error) {
+	o, err := newLock(src, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &RWMutex{
+		src: src, name: name, opts: o,
+		writer: queue.New(src.Client(), o.prefix, name, queue.Exclusive),
+		reader: queue.New(src.Client(), o.prefix, name, queue.Reader),
+	}, nil
+}
+
+// Name returns the lock's name.
+func (rw *RWMutex) Name() string { return rw.name }
+
+// Prefix returns the etcd key prefix of the lock's queue (see
+// Mutex.Prefix); readers' keys are under Prefix()+"r/".
+func (rw *RWMutex) Prefix() string { return rw.writer.Prefix() }
+
+// Capabilities reports the guarantees of the exclusive side (Lock), which
+// are a Mutex's.
+func (rw *RWMutex) Capabilities() Capabilities {
+	return Capabilities{Exclusive: true, FencingTokens: true, FIFO: true, Liveness: LivenessSession, SurvivesFailover: true}
+}
+
+// Lock waits in FIFO order until no other grant, reader or writer, holds
+// the lock, with the same errors and cleanup as Mutex.Lock.
+func (rw *RWMutex) Lock(ctx context.Context) (Held, error) {
+	return acquire(ctx, rw.writer, rw.src, rw.name, "lock", rw.opts.owner, false)
+}
+
+// TryLock takes the lock if nobody holds or waits for it, in one round
+// trip; otherwise it returns an error matching ErrLocked and creates no
+// key.
+func (rw *RWMutex) TryLock(ctx context.Context) (Held, error) {
+	return acquire(ctx, rw.writer, rw.src, rw.name, "try lock", rw.opts.owner, true)
+}
+
+// RLock waits in FIFO order until no writer that came before it holds or
+// waits for the lock; it shares the lock with other readers.
+func (rw *RWMutex) RLock(ctx context.Context) (Held, error) {
+	return acquire(ctx, rw.reader, rw.src, rw.name, "rlock", rw.opts.owner, false)
+}
+
+// TryRLock takes a read lock if no writer holds or waits for the lock, in
+// one round trip; otherwise it returns an error matching ErrLocked and
+// creates no key.
+func (rw *RWMutex) TryRLock(ctx context.Context) (Held, error) {
+	return acquire(ctx, rw.reader, rw.src, rw.name, "try rlock", rw.opts.owner, true)
+}
