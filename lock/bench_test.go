@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/lock"
@@ -228,4 +229,133 @@ func BenchmarkHandoff16(b *testing.B) {
 	b.ReportMetric(mf, "etcdmutex-fixed-ns/handoff")
 	b.ReportMetric(mo/ma, "x-etcdmutex")
 	b.ReportMetric(mo/mf, "x-etcdmutex-fixed")
+}
+
+// RW lock vs etcd's recipes.RWMutex (the anchor), interleaved: an
+// uncontended write Lock+Unlock and read RLock+Unlock each. The anchor's
+// methods take no context; it reads its own key back on every acquire.
+func BenchmarkRWUncontended(b *testing.B) {
+	c := etcdtest.New(b)
+	cli := c.Client(b)
+	ctx := context.Background()
+	ours, err := lock.NewRWMutex(benchSession(b, cli), "rw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	anchor := recipe.NewRWMutex(benchConcurrencySession(b, cli), "anchor/rw")
+	var dw, dr, aw, ar []time.Duration
+	timed := func(d *[]time.Duration, f func() error) {
+		t0 := time.Now()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		*d = append(*d, time.Since(t0))
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		timed(&dw, func() error {
+			h, err := ours.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return h.Unlock(ctx)
+		})
+		timed(&aw, func() error {
+			if err := anchor.Lock(); err != nil {
+				return err
+			}
+			return anchor.Unlock()
+		})
+		timed(&dr, func() error {
+			h, err := ours.RLock(ctx)
+			if err != nil {
+				return err
+			}
+			return h.Unlock(ctx)
+		})
+		timed(&ar, func() error {
+			if err := anchor.RLock(); err != nil {
+				return err
+			}
+			return anchor.RUnlock()
+		})
+	}
+	b.ReportMetric(median(dw)/median(aw), "x-recipes-write")
+	b.ReportMetric(median(dr)/median(ar), "x-recipes-read")
+	b.ReportMetric(median(dw), "dlock-write-ns")
+	b.ReportMetric(median(aw), "recipes-write-ns")
+}
+
+// Writer handoff with 16 writers looping Lock/Unlock (release → next
+// writer granted), dlock's RWMutex vs recipes.RWMutex.
+func BenchmarkRWHandoff16(b *testing.B) {
+	const waiters = 16
+	c := etcdtest.New(b)
+	cli := c.Client(b)
+	var ours, anchor []contender
+	for range waiters {
+		rw, err := lock.NewRWMutex(benchSession(b, cli), "rwhandoff")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, func(ctx context.Context) (func(context.Context) error, error) {
+			h, err := rw.Lock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return h.Unlock, nil
+		})
+		am := recipe.NewRWMutex(benchConcurrencySession(b, cli), "anchor/rwhandoff")
+		anchor = append(anchor, func(context.Context) (func(context.Context) error, error) {
+			return func(context.Context) error { return am.Unlock() }, am.Lock()
+		})
+	}
+	const round = 32
+	var dOurs, dAnchor []time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += round {
+		dOurs = append(dOurs, handoffs(b, ours, round)...)
+		dAnchor = append(dAnchor, handoffs(b, anchor, round)...)
+	}
+	b.ReportMetric(median(dOurs), "dlock-ns/handoff")
+	b.ReportMetric(median(dAnchor), "recipes-ns/handoff")
+	b.ReportMetric(median(dOurs)/median(dAnchor), "x-recipes")
+}
+
+// Semaphore Acquire+release (3 permits) vs the Mutex's Lock+Unlock,
+// uncontended, interleaved.
+func BenchmarkSemaphoreUncontended(b *testing.B) {
+	c := etcdtest.New(b)
+	cli := c.Client(b)
+	ctx := context.Background()
+	s := benchSession(b, cli)
+	sem, err := lock.NewSemaphore(s, "sem", 3)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := lock.New(s, "mutex")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ds, dm []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		for _, x := range []struct {
+			d       *[]time.Duration
+			acquire func(context.Context) (lock.Held, error)
+		}{{&ds, sem.Acquire}, {&dm, m.Lock}} {
+			t0 := time.Now()
+			h, err := x.acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := h.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			*x.d = append(*x.d, time.Since(t0))
+		}
+	}
+	b.ReportMetric(median(ds), "semaphore-ns")
+	b.ReportMetric(median(dm), "mutex-ns")
+	b.ReportMetric(median(ds)/median(dm), "x-mutex")
 }

@@ -246,6 +246,9 @@ func (q *Queue) waitOrphans(ctx context.Context, e entry, d time.Duration) error
 // disagrees with the count) the count is read again.
 func (q *Queue) waitShared(ctx context.Context, e entry, n, before int64) error {
 	const unknown = -1
+	if before < n {
+		return nil // the enqueue's own count: exact, at e's revision
+	}
 	fromRev, delRev := e.Rev+1, int64(0)
 	for {
 		if before == unknown {
