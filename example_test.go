@@ -63,7 +63,7 @@ func ExampleOpen() {
 	})
 	fmt.Println(err)
 	// Output:
-	// {FencingTokens:true FIFO:true Liveness:session SurvivesFailover:true}
+	// {Exclusive:true FencingTokens:true FIFO:true Liveness:session SurvivesFailover:true}
 	// holding jobs/nightly
 	// <nil>
 }

@@ -16,7 +16,7 @@ func TestConformance(t *testing.T) {
 	s := etcdtest.Session(t, cli)
 	locktest.Run(t, locktest.Backend{
 		New: func(t *testing.T, name string) lock.Locker {
-			return newMutex(t, etcdtest.Session(t, cli), name)
+			return newMutex(t, etcdtest.Session(t, cli, fastBeat), name)
 		},
 		Lose: func(t *testing.T, h lock.Held) {
 			_, err := cli.Delete(t.Context(), h.(*lock.Grant).Key())
@@ -37,7 +37,7 @@ func TestConformanceSemaphore(t *testing.T) {
 	cli := etcdtest.New(t).Client(t)
 	locktest.RunSemaphore(t, locktest.SemaphoreBackend{
 		New: func(t *testing.T, name string, permits int) locktest.Semaphore {
-			s, err := lock.NewSemaphore(etcdtest.Session(t, cli), name, permits)
+			s, err := lock.NewSemaphore(etcdtest.Session(t, cli, fastBeat), name, permits)
 			require.NoError(t, err)
 			return s
 		},
@@ -51,7 +51,7 @@ func TestConformanceSemaphore(t *testing.T) {
 func TestConformanceRWMutex(t *testing.T) {
 	cli := etcdtest.New(t).Client(t)
 	newRW := func(t *testing.T, name string) *lock.RWMutex {
-		rw, err := lock.NewRWMutex(etcdtest.Session(t, cli), name)
+		rw, err := lock.NewRWMutex(etcdtest.Session(t, cli, fastBeat), name)
 		require.NoError(t, err)
 		return rw
 	}

@@ -22,7 +22,7 @@ func TestLockDelay(t *testing.T) {
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.Context(t)
 	newMutex := func(name string, opts ...lock.Option) (*lock.Mutex, func() error) {
-		s := etcdtest.Session(t, cli)
+		s := etcdtest.Session(t, cli, fastBeat)
 		m, err := lock.New(s, name, opts...)
 		require.NoError(t, err)
 		return m, func() error { _, err := cli.Revoke(ctx, s.Lease()); return err }

@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -11,6 +12,11 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fastBeat makes a session heartbeat often, so that a test that deletes a
+// held key by hand sees the loss soon (a session checks its held keys at
+// each heartbeat).
+var fastBeat = session.WithHeartbeat(200 * time.Millisecond)
 
 func newMutex(t *testing.T, s *session.Session, name string) *lock.Mutex {
 	t.Helper()

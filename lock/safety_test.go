@@ -360,7 +360,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
-	m := newMutex(t, etcdtest.Session(t, cli), "do")
+	m := newMutex(t, etcdtest.Session(t, cli, fastBeat), "do")
 	err := lock.Do(ctx, m, func(fnCtx context.Context, h lock.Held) error {
 		// Lose it, from outside fn's context (which the loss cancels,
 		// possibly before this Delete's reply arrives).
@@ -431,7 +431,7 @@ func TestMutexOnManager(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
-	m, err := session.NewManager(cli)
+	m, err := session.NewManager(cli, fastBeat)
 	require.NoError(t, err)
 	defer m.Close(ctx)
 	mu, err := lock.New(m, "managed")

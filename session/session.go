@@ -38,6 +38,7 @@ type Session struct {
 
 	ctx    context.Context // cancelled with err as cause when the session ends
 	cancel context.CancelCauseFunc
+	local  *local.Store // in ctx: per-session state of the packages built on it
 
 	mu        sync.Mutex
 	deadline  time.Time // carries a monotonic reading
@@ -69,8 +70,10 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 
 func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline time.Time) *Session {
 	loopCtx, stop := context.WithCancel(context.Background())
-	ctx, cancel := context.WithCancelCause(local.NewContext(context.Background(), new(local.Store)))
+	store := new(local.Store)
+	ctx, cancel := context.WithCancelCause(local.NewContext(context.Background(), store))
 	s := &Session{
+		local:     store,
 		ctx:       ctx,
 		cancel:    cancel,
 		afterDone: make(map[uint64]func()),
@@ -238,6 +241,9 @@ func (s *Session) run(ctx context.Context, lastSend time.Time) {
 		switch {
 		case err == nil:
 			s.extend(sent.Add(time.Duration(resp.TTL)*time.Second - s.opts.margin))
+			bctx, cancel := context.WithTimeout(ctx, s.opts.heartbeat/2)
+			s.local.Beat(bctx) // e.g. the check of the grants' keys
+			cancel()
 			hb.Reset(time.Until(sent.Add(s.opts.heartbeat)))
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.end(ErrLeaseGone)

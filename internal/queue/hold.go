@@ -11,17 +11,16 @@ import (
 
 // Hold is the life of a granted entry (a lock grant, a leadership term).
 // It ends when the session ends (synchronously, before the session's own
-// Done closes), when the entry's key is seen deleted (by a watch started
-// on the first call to Done), or on Release. It is safe for concurrent use.
+// Done closes), when the entry's key is found deleted (checked at each
+// heartbeat from the first call to Done on: see "Watched holds"), or on
+// Release. It is safe for concurrent use.
 type Hold struct {
 	q *Queue
 	s *session.Session
 	t ticket
 
-	stopHook    func() bool // unregisters the session AfterDone hook
-	watchOnce   sync.Once
-	cancelWatch context.CancelFunc // stops the watcher; nil if none started
-	watchDone   chan struct{}
+	stopHook  func() bool // unregisters the session AfterDone hook
+	watchOnce sync.Once
 
 	releaseMu sync.Mutex // serialises Release
 
@@ -51,10 +50,14 @@ func (h *Hold) Rev() int64 { return h.t.Rev }
 // its create revision, for etcd writes conditional on the hold.
 func (h *Hold) Owned() clientv3.Cmp { return h.t.Owned() }
 
-// Done returns a channel closed when the hold ends. The first call starts
-// the watch on the key.
+// Done returns a channel closed when the hold ends. The first call has the
+// session check the key at each heartbeat.
 func (h *Hold) Done() <-chan struct{} {
-	h.watchOnce.Do(h.startWatch)
+	h.watchOnce.Do(func() {
+		if h.Err() == nil {
+			h.t.st.watch(h.s, h)
+		}
+	})
 	return h.done
 }
 
@@ -77,45 +80,27 @@ func (h *Hold) end(err error) {
 	}
 }
 
-func (h *Hold) startWatch() {
+// gone ends the hold because its key was found deleted, unless a
+// Release's delete is in flight (the deletion may be Release's own:
+// Release decides).
+func (h *Hold) gone() {
+	h.t.st.unwatch(h)
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.err != nil {
+	if h.releasing {
+		h.goneSeen = true
+		h.mu.Unlock()
 		return
 	}
-	// The watch ends with the session (whose end the AfterDone hook
-	// reports) or with Release.
-	ctx, cancel := context.WithCancel(h.s.Context())
-	h.cancelWatch, h.watchDone = cancel, make(chan struct{})
-	go func() {
-		defer close(h.watchDone)
-		if !h.q.watchGone(ctx, h.t.entry, h.t.Rev+1) {
-			return
-		}
-		h.mu.Lock()
-		if h.releasing { // maybe Release's own delete: Release decides
-			h.goneSeen = true
-			h.mu.Unlock()
-			return
-		}
-		h.mu.Unlock()
-		h.end(ErrEntryGone)
-	}()
+	h.mu.Unlock()
+	h.end(ErrEntryGone)
 }
 
-// stop stops the watcher, if one runs, waits for it, and unregisters the
-// session hook. Call it once the hold has ended.
+// stop takes the hold off the heartbeat check and unregisters the session
+// hook. Call it once the hold has ended.
 func (h *Hold) stop() {
 	h.stopHook()
-	h.watchOnce.Do(func() {}) // no watcher may start from now on
-	h.mu.Lock()
-	cancel, done := h.cancelWatch, h.watchDone
-	h.cancelWatch = nil
-	h.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
+	h.watchOnce.Do(func() {}) // not checked from now on
+	h.t.st.unwatch(h)
 }
 
 // Release ends the hold by deleting the key, guarded by its create
@@ -151,7 +136,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Unlock()
 	switch {
 	case err != nil:
-		if goneSeen { // the watcher has exited: the hold must end here
+		if goneSeen { // the check saw the key gone: the hold must end here
 			h.end(ErrEntryGone)
 		}
 		return err

@@ -19,12 +19,18 @@ import (
 // never share it, even with the same lease ID on two clusters.
 type state struct {
 	lease string // the lease in hex: every key name's stem
+	id    clientv3.LeaseID
+	cli   *clientv3.Client
 
 	mu        sync.Mutex
 	free      []uint64
 	next      uint64
 	leftovers map[string]bool  // keys whose removal failed; their names are retired
 	epochs    map[string]epoch // queue prefix → the session's epoch there
+
+	watchMu  sync.Mutex
+	watched  map[*Hold]struct{} // holds whose Done was called, checked at each heartbeat
+	hookOnce sync.Once
 }
 
 // epoch is the session's epoch for one queue: the mod revision its
@@ -39,7 +45,7 @@ type stateKey struct{}
 
 func stateOf(s *session.Session) *state {
 	return local.Get(s.Context(), stateKey{}, func() *state {
-		return &state{lease: fmt.Sprintf("%016x", int64(s.Lease()))}
+		return &state{lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client()}
 	})
 }
 
@@ -133,4 +139,62 @@ func (p *state) sweep(ctx context.Context, cli *clientv3.Client) error {
 		p.mu.Unlock()
 	}
 	return nil
+}
+
+// Watched holds.
+//
+// A hold whose Done is called must learn when its key is deleted behind
+// its back (by hand, or by a revoke the heartbeat has not seen yet). A
+// watch per hold costs two goroutines and an etcd watcher each; a service
+// holding thousands of locks would pay that thousands of times. Instead
+// the session's heartbeat loop, after each acknowledged keepalive, lists
+// the keys bound to the lease (one LeaseTimeToLive with keys) and ends
+// every watched hold whose key is missing: no goroutine and no watch per
+// hold, one request per heartbeat interval while any hold is watched, and
+// a deletion reported within one interval. The session's own end still
+// ends every hold at once (AfterDone).
+
+// watch adds h to the holds checked at each heartbeat.
+func (st *state) watch(s *session.Session, h *Hold) {
+	st.hookOnce.Do(func() { local.OnHeartbeat(s.Context(), st.check) })
+	st.watchMu.Lock()
+	defer st.watchMu.Unlock()
+	if st.watched == nil {
+		st.watched = make(map[*Hold]struct{})
+	}
+	st.watched[h] = struct{}{}
+}
+
+// unwatch removes h from the checked holds.
+func (st *state) unwatch(h *Hold) {
+	st.watchMu.Lock()
+	defer st.watchMu.Unlock()
+	delete(st.watched, h)
+}
+
+// check runs in the heartbeat loop: it ends every watched hold whose key
+// is no longer bound to the lease.
+func (st *state) check(ctx context.Context) {
+	st.watchMu.Lock()
+	holds := make([]*Hold, 0, len(st.watched))
+	for h := range st.watched {
+		holds = append(holds, h)
+	}
+	st.watchMu.Unlock()
+	if len(holds) == 0 {
+		return
+	}
+	resp, err := st.cli.TimeToLive(ctx, st.id, clientv3.WithAttachedKeys())
+	if err != nil || resp.TTL == -1 {
+		return // next time; a lease gone is the session's to report
+	}
+	present := make(map[string]struct{}, len(resp.Keys))
+	for _, k := range resp.Keys {
+		present[string(k)] = struct{}{}
+	}
+	for _, h := range holds {
+		if _, ok := present[h.t.Key]; !ok {
+			h.gone()
+		}
+	}
 }

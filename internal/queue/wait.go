@@ -99,56 +99,6 @@ func (q *Queue) waitDelete(ctx context.Context, key string, fromRev int64) (int6
 	}
 }
 
-// watchGone blocks until e's key is deleted or ctx ends; it reports true
-// if the key is gone. It starts watching at fromRev and re-reads the key
-// whenever the watch breaks (compaction, reconnect).
-func (q *Queue) watchGone(ctx context.Context, e entry, fromRev int64) bool {
-	for {
-		wctx, cancel := context.WithCancel(ctx)
-		wch := q.cli.Watch(wctx, e.Key, clientv3.WithRev(fromRev), clientv3.WithFilterPut())
-		gone, broken := watchGoneOnce(ctx, wch)
-		cancel()
-		if !broken {
-			return gone
-		}
-		// The watch broke: read the key directly before watching again.
-		resp, err := q.cli.Get(ctx, e.Key, clientv3.WithKeysOnly())
-		if err != nil {
-			if ctx.Err() != nil {
-				return false
-			}
-			select {
-			case <-ctx.Done():
-				return false
-			case <-time.After(100 * time.Millisecond): // etcd unreachable: retry the read
-			}
-			continue
-		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != e.Rev {
-			return true
-		}
-		fromRev = resp.Header.Revision + 1
-	}
-}
-
-func watchGoneOnce(ctx context.Context, wch clientv3.WatchChan) (gone, broken bool) {
-	for {
-		select {
-		case <-ctx.Done():
-			return false, false
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil {
-				return false, true
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					return true, false
-				}
-			}
-		}
-	}
-}
-
 // waitReader blocks until no writer precedes e (a reader). writer is the
 // last writer before e at its enqueue. Like waitFirst, it watches only that
 // writer; after its deletion it re-reads, in one Txn of two reads at one
