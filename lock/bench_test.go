@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -358,4 +359,135 @@ func BenchmarkSemaphoreUncontended(b *testing.B) {
 	b.ReportMetric(median(ds), "semaphore-ns")
 	b.ReportMetric(median(dm), "mutex-ns")
 	b.ReportMetric(median(ds)/median(dm), "x-mutex")
+}
+
+// Time per grant with 16 contenders looping Lock/Unlock on one lock: the
+// wall time of a round divided by its grants (throughput under
+// contention, which includes each holder's own Unlock and re-enqueue), for
+// dlock and etcd's Mutex, rounds interleaved.
+func BenchmarkContended16(b *testing.B) {
+	const contenders, round = 16, 64
+	c := etcdtest.New(b)
+	cli := c.Client(b)
+	var ours, anchor []contender
+	for range contenders {
+		m, err := lock.New(benchSession(b, cli), "contended")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, func(ctx context.Context) (func(context.Context) error, error) {
+			h, err := m.Lock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return h.Unlock, nil
+		})
+		cm := concurrency.NewMutex(benchConcurrencySession(b, cli), "anchor/contended")
+		anchor = append(anchor, func(ctx context.Context) (func(context.Context) error, error) {
+			return cm.Unlock, cm.Lock(ctx)
+		})
+	}
+	var dOurs, dAnchor []time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += round {
+		dOurs = append(dOurs, perGrant(b, ours, round))
+		dAnchor = append(dAnchor, perGrant(b, anchor, round))
+	}
+	b.ReportMetric(median(dOurs), "dlock-ns/grant")
+	b.ReportMetric(median(dAnchor), "etcdmutex-ns/grant")
+	b.ReportMetric(median(dOurs)/median(dAnchor), "x-etcdmutex")
+}
+
+// perGrant runs the contenders, each looping Lock → Unlock, until n grants
+// were made, and returns the wall time per grant (counting every grant,
+// also those the contenders still waiting make on their way out).
+func perGrant(b *testing.B, lockers []contender, n int64) time.Duration {
+	ctx := context.Background()
+	var grants atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for _, l := range lockers {
+		wg.Go(func() {
+			for grants.Load() < n {
+				unlock, err := l(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				grants.Add(1)
+				if err := unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(t0) / time.Duration(grants.Load())
+}
+
+// Parallel acquires of 64 distinct locks on one session (one etcd
+// concurrency.Session for the anchor): 64 goroutines each loop Lock/Unlock
+// of their own lock for a fixed number of rounds; throughput is grants per
+// second, dlock and etcd's Mutex in alternate rounds.
+func BenchmarkParallel64(b *testing.B) {
+	const locks, perRound = 64, 8
+	c := etcdtest.New(b)
+	cli := c.Client(b)
+	s := benchSession(b, cli)
+	cs := benchConcurrencySession(b, cli)
+	ctx := context.Background()
+	var ours []*lock.Mutex
+	var anchor []*concurrency.Mutex
+	for i := range locks {
+		m, err := lock.New(s, fmt.Sprintf("par/%d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, m)
+		anchor = append(anchor, concurrency.NewMutex(cs, fmt.Sprintf("anchor/par/%d", i)))
+	}
+	run := func(one func(i int) error) float64 {
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for i := range locks {
+			wg.Go(func() {
+				for range perRound {
+					if err := one(i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return float64(locks*perRound) / time.Since(t0).Seconds()
+	}
+	var tOurs, tAnchor []float64
+	b.ResetTimer()
+	for done := 0; done < b.N; done += locks * perRound {
+		tOurs = append(tOurs, run(func(i int) error {
+			h, err := ours[i].Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return h.Unlock(ctx)
+		}))
+		tAnchor = append(tAnchor, run(func(i int) error {
+			if err := anchor[i].Lock(ctx); err != nil {
+				return err
+			}
+			return anchor[i].Unlock(ctx)
+		}))
+	}
+	mo, ma := medianF(tOurs), medianF(tAnchor)
+	b.ReportMetric(mo, "dlock-grants/s")
+	b.ReportMetric(ma, "etcdmutex-grants/s")
+	b.ReportMetric(mo/ma, "x-etcdmutex-throughput")
+}
+
+func medianF(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"math"
 	"strings"
 	"time"
 
@@ -78,22 +79,33 @@ func (q *Queue) check(ctx context.Context, e entry, delRev int64) (pred *mvccpb.
 func (q *Queue) waitDelete(ctx context.Context, key string, fromRev int64) (int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := q.cli.Watch(wctx, key, clientv3.WithRev(fromRev), clientv3.WithFilterPut())
+	// A watch from now is synced at once; if other writes came since
+	// fromRev (the created notice says), a second watch from fromRev covers
+	// them. A watch from a past revision alone lands in etcd's unsynced
+	// group, caught up every 100ms (see "Waiting" in doc.go).
+	now := q.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	var past clientv3.WatchChan // nil until needed: a nil channel never receives
 	for {
+		var wr clientv3.WatchResponse
+		var ok bool
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil {
-				if ctx.Err() != nil {
-					return 0, ctx.Err()
-				}
-				return 0, nil // re-read the queue
+		case wr, ok = <-past:
+		case wr, ok = <-now:
+		}
+		if !ok || wr.Err() != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
 			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					return ev.Kv.ModRevision, nil
-				}
+			return 0, nil // re-read the queue
+		}
+		if wr.Created && past == nil && wr.Header.Revision >= fromRev {
+			past = q.cli.Watch(wctx, key, clientv3.WithRev(fromRev), clientv3.WithFilterPut())
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return ev.Kv.ModRevision, nil
 			}
 		}
 	}
@@ -231,36 +243,70 @@ func (q *Queue) waitShared(ctx context.Context, e entry, n, before int64) error 
 func (q *Queue) watchCount(ctx context.Context, e entry, n, before, fromRev int64) (int64, int64, int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := q.cli.Watch(wctx, q.prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev), clientv3.WithFilterPut(), clientv3.WithPrevKV())
+	// As in waitDelete: a watch from now (synced), and one from fromRev
+	// if writes came in between. An event both report is counted once:
+	// seen holds the deletions counted that the other watch may still
+	// report; each delivers whole revisions in order, so what both have
+	// passed is forgotten.
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV()}
+	var chans [2]clientv3.WatchChan // past (nil until needed), now
+	chans[1] = q.cli.Watch(wctx, q.prefix, append(opts, clientv3.WithCreatedNotify())...)
+	type event struct {
+		rev int64
+		key string
+	}
+	seen := map[event]bool{}
+	passed := [2]int64{math.MaxInt64, 0} // the last revision each watch delivered
 	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		var from int
 		select {
 		case <-ctx.Done():
 			return 0, 0, 0, ctx.Err()
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil {
-				if ctx.Err() != nil {
-					return 0, 0, 0, ctx.Err()
-				}
+		case wr, ok = <-chans[0]:
+		case wr, ok = <-chans[1]:
+			from = 1
+		}
+		if !ok || wr.Err() != nil {
+			if ctx.Err() != nil {
+				return 0, 0, 0, ctx.Err()
+			}
+			return -1, 0, 0, nil
+		}
+		if wr.Created && chans[0] == nil && wr.Header.Revision >= fromRev {
+			chans[0] = q.cli.Watch(wctx, q.prefix, append(opts, clientv3.WithRev(fromRev))...)
+			passed[0] = 0
+		}
+		var last int64
+		for _, ev := range wr.Events {
+			if ev.Type != clientv3.EventTypeDelete {
+				continue
+			}
+			passed[from] = ev.Kv.ModRevision
+			k := event{ev.Kv.ModRevision, string(ev.Kv.Key)}
+			if seen[k] {
+				continue // counted from the other watch
+			}
+			seen[k] = true
+			prev := ev.PrevKv
+			switch {
+			case prev == nil: // no previous value: the count is unknown
 				return -1, 0, 0, nil
+			case prev.CreateRevision == e.Rev && k.key == e.Key:
+				return 0, 0, 0, ErrEntryGone
+			case prev.CreateRevision < e.Rev:
+				before--
 			}
-			var last int64
-			for _, ev := range wr.Events {
-				prev := ev.PrevKv
-				switch {
-				case ev.Type != clientv3.EventTypeDelete:
-					continue
-				case prev == nil: // no previous value: the count is unknown
-					return -1, 0, 0, nil
-				case prev.CreateRevision == e.Rev && string(ev.Kv.Key) == e.Key:
-					return 0, 0, 0, ErrEntryGone
-				case prev.CreateRevision < e.Rev:
-					before--
-				}
-				last = ev.Kv.ModRevision
+			last = k.rev
+		}
+		for k := range seen {
+			if k.rev <= min(passed[0], passed[1]) {
+				delete(seen, k)
 			}
-			if before < n {
-				return before, last, last + 1, nil
-			}
+		}
+		if before < n {
+			return before, last, last + 1, nil
 		}
 	}
 }
