@@ -2,7 +2,9 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -438,7 +440,7 @@ func BenchmarkParallel64(b *testing.B) {
 	cs := benchConcurrencySession(b, cli)
 	ctx := context.Background()
 	var ours []*lock.Mutex
-	var anchor []*concurrency.Mutex
+	var anchor, fixed []*concurrency.Mutex
 	for i := range locks {
 		m, err := lock.New(s, fmt.Sprintf("par/%d", i))
 		if err != nil {
@@ -446,6 +448,7 @@ func BenchmarkParallel64(b *testing.B) {
 		}
 		ours = append(ours, m)
 		anchor = append(anchor, concurrency.NewMutex(cs, fmt.Sprintf("anchor/par/%d", i)))
+		fixed = append(fixed, concurrency.NewMutex(cs, fmt.Sprintf("fixed/par/%d", i)))
 	}
 	run := func(one func(i int) error) float64 {
 		var wg sync.WaitGroup
@@ -463,7 +466,7 @@ func BenchmarkParallel64(b *testing.B) {
 		wg.Wait()
 		return float64(locks*perRound) / time.Since(t0).Seconds()
 	}
-	var tOurs, tAnchor []float64
+	var tOurs, tAnchor, tFixed []float64
 	b.ResetTimer()
 	for done := 0; done < b.N; done += locks * perRound {
 		tOurs = append(tOurs, run(func(i int) error {
@@ -479,15 +482,162 @@ func BenchmarkParallel64(b *testing.B) {
 			}
 			return anchor[i].Unlock(ctx)
 		}))
+		tFixed = append(tFixed, run(func(i int) error {
+			if err := fixed[i].Lock(ctx); err != nil {
+				return err
+			}
+			return guardedUnlock(ctx, cli, fixed[i])
+		}))
 	}
 	mo, ma := medianF(tOurs), medianF(tAnchor)
 	b.ReportMetric(mo, "dlock-grants/s")
 	b.ReportMetric(ma, "etcdmutex-grants/s")
 	b.ReportMetric(mo/ma, "x-etcdmutex-throughput")
+	b.ReportMetric(mo/medianF(tFixed), "x-etcdmutex-fixed-throughput")
 }
 
 func medianF(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// Growth with held locks: a session holds N locks (Done watched), then
+// Lock+Unlock of one more lock on it is timed; with the heap per held lock
+// and the time of the session's per-heartbeat key check (the
+// LeaseTimeToLive with keys it sends), which grows with N.
+func BenchmarkGrowthHeld(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			c := etcdtest.New(b)
+			cli := c.Client(b)
+			ctx := context.Background()
+			s := benchSession(b, cli)
+			heap0 := heapNow()
+			var held []lock.Held
+			for i := range n {
+				m, err := lock.New(s, fmt.Sprintf("held/%d", i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				h, err := m.Lock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				h.Done()
+				held = append(held, h)
+			}
+			perLock := float64(heapNow()-heap0) / float64(n)
+			m, err := lock.New(s, "growth")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var d, check []time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				t0 := time.Now()
+				h, err := m.Lock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := h.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				d = append(d, time.Since(t0))
+				if len(d)%10 == 0 {
+					t1 := time.Now()
+					if _, err := cli.TimeToLive(ctx, s.Lease(), clientv3.WithAttachedKeys()); err != nil {
+						b.Fatal(err)
+					}
+					check = append(check, time.Since(t1))
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(median(d), "lock-unlock-ns")
+			b.ReportMetric(median(check), "key-check-ns")
+			b.ReportMetric(perLock, "heap-B/held")
+			for _, h := range held {
+				h.Unlock(ctx)
+			}
+		})
+	}
+}
+
+// Growth with queue depth: D waiters (each on its own session) queue on
+// one lock; the holder releases and each waiter unlocks as soon as it is
+// granted. Reported: the median time per handoff along that chain, and the
+// time of a refused TryLock at that depth (one round trip whose compare
+// covers the queue).
+func BenchmarkGrowthDepth(b *testing.B) {
+	for _, depth := range []int{1, 10, 100, 1000} {
+		b.Run(fmt.Sprint(depth), func(b *testing.B) {
+			c := etcdtest.New(b)
+			cli := c.Client(b)
+			ctx := context.Background()
+			var waiters []*lock.Mutex
+			for range depth {
+				m, err := lock.New(benchSession(b, cli), "depth")
+				if err != nil {
+					b.Fatal(err)
+				}
+				waiters = append(waiters, m)
+			}
+			holder, err := lock.New(benchSession(b, cli), "depth")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var handoff, try []time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				h, err := holder.Lock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				var last time.Time
+				for _, m := range waiters {
+					wg.Go(func() {
+						g, err := m.Lock(ctx)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						mu.Lock()
+						handoff = append(handoff, time.Since(last))
+						last = time.Now()
+						mu.Unlock()
+						g.Unlock(ctx)
+					})
+				}
+				for n := 0; n < depth; {
+					wr := <-w
+					n += len(wr.Events)
+				}
+				t0 := time.Now()
+				if _, err := holder.TryLock(ctx); !errors.Is(err, lock.ErrLocked) {
+					b.Fatal(err)
+				}
+				try = append(try, time.Since(t0))
+				mu.Lock()
+				last = time.Now()
+				mu.Unlock()
+				if err := h.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				wg.Wait()
+			}
+			b.StopTimer()
+			b.ReportMetric(median(handoff), "ns/handoff")
+			b.ReportMetric(median(try), "trylock-refused-ns")
+		})
+	}
+}
+
+func heapNow() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
