@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/internal/names"
@@ -75,6 +76,9 @@ type Config struct {
 	// (meter "github.com/dlock-go/dlock"). Optional; nil means
 	// otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+	// TracerProvider gives the tracer of dlock's spans (one per acquire).
+	// Optional; nil means otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 	// Logger receives dlock's logs: session ends (WARN) and renewals
 	// (INFO), lock losses. Optional; nil means discarding.
 	Logger *slog.Logger
@@ -83,15 +87,21 @@ type Config struct {
 // The options each backend is built with, from one place, so that
 // Validate checks exactly what Open and Locker use.
 func (c Config) sessionOptions() []session.Option {
-	return []session.Option{session.WithTTL(c.TTL), session.WithLogger(c.logger())}
+	return []session.Option{session.WithTTL(c.TTL), session.WithLogger(c.logger()), session.WithMeterProvider(c.MeterProvider)}
 }
 
 func (c Config) lockOptions() []lock.Option {
-	return []lock.Option{lock.WithPrefix(c.Prefix + "/lock")}
+	return []lock.Option{
+		lock.WithPrefix(c.Prefix + "/lock"), lock.WithLogger(c.logger()),
+		lock.WithMeterProvider(c.MeterProvider), lock.WithTracerProvider(c.TracerProvider),
+	}
 }
 
 func (c Config) electionOptions() []election.Option {
-	return []election.Option{election.WithPrefix(c.Prefix + "/election")}
+	return []election.Option{
+		election.WithPrefix(c.Prefix + "/election"), election.WithLogger(c.logger()),
+		election.WithMeterProvider(c.MeterProvider), election.WithTracerProvider(c.TracerProvider),
+	}
 }
 
 func (c Config) logger() *slog.Logger {

@@ -2,12 +2,14 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/internal/names"
 	"github.com/dlock-go/dlock/internal/queue"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -36,6 +38,7 @@ type Election struct {
 	name string
 	q    *queue.Queue
 	opts options
+	tel  *telemetry.T
 }
 
 // New returns the election called name on src: a *session.Session or a
@@ -57,7 +60,7 @@ func New(src session.Source, name string, opts ...Option) (*Election, error) {
 }
 
 func newElection(src session.Source, name string, o options) *Election {
-	return &Election{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, queue.Exclusive), opts: o}
+	return &Election{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, queue.Exclusive), opts: o, tel: telemetry.New(o.tel, "etcd")}
 }
 
 func validateName(name string) error {
@@ -90,14 +93,38 @@ func (el *Election) Prefix() string { return el.q.Prefix() }
 // Campaign never returns a Term. When the key is deleted by someone else
 // while waiting, the error matches ErrKeyDeleted.
 func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
+	ctx, a := el.tel.StartAcquire(ctx, "campaign", el.name)
 	s, err := el.src.Current(ctx)
-	if err != nil {
-		return nil, opErr(el.name, "campaign", false, err)
+	var h *queue.Hold
+	if err == nil {
+		h, err = el.q.Acquire(ctx, s, value, false, a.Recording())
 	}
-	h, err := el.q.Acquire(ctx, s, value, false)
 	if err != nil {
-		return nil, opErr(el.name, "campaign", false, el.q.Denied(err))
+		err = opErr(el.name, "campaign", false, el.q.Denied(err))
+		out := telemetry.Failed
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			out = telemetry.Canceled
+		}
+		a.End(out, 0, err)
+		return nil, err
 	}
+	if n := h.Ahead(); n >= 0 {
+		a.SetAhead(n)
+	}
+	epoch := uint64(h.Rev())
+	a.End(telemetry.Granted, epoch, nil)
+	el.tel.Elected(el.name, epoch)
+	name, tel := el.name, el.tel
+	h.OnEnd(func(cause error) {
+		lost := ""
+		if !errors.Is(cause, queue.ErrReleased) {
+			lost = telemetry.LostSession
+			if errors.Is(cause, queue.ErrEntryGone) {
+				lost = telemetry.LostDeleted
+			}
+		}
+		tel.TermEnded(name, epoch, lost, opErr(name, "", true, cause))
+	})
 	return &Term{el: el, h: h, value: value}, nil
 }
 

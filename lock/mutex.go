@@ -2,12 +2,14 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/queue"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -30,10 +32,16 @@ import (
 // ended runs on a fresh session, while the grants of the old one report
 // their loss.
 type Mutex struct {
+	base
+	q *queue.Queue
+}
+
+// base is what every etcd lock of this package has.
+type base struct {
 	src  session.Source
 	name string
-	q    *queue.Queue
 	opts options
+	tel  *telemetry.T
 }
 
 var (
@@ -45,7 +53,7 @@ var (
 // *session.Manager. The name must pass ValidateName; a nil source or a bad
 // option returns an error matching ErrInvalidOption. New does no I/O.
 func New(src session.Source, name string, opts ...Option) (*Mutex, error) {
-	o, err := newLock(src, name, opts)
+	b, o, err := newLock(src, name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -53,18 +61,22 @@ func New(src session.Source, name string, opts ...Option) (*Mutex, error) {
 	if o.lockDelay > 0 {
 		rule = queue.ExclusiveDelay(o.lockDelay)
 	}
-	return &Mutex{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, rule), opts: o}, nil
+	return &Mutex{base: b, q: queue.New(src.Client(), o.prefix, name, rule)}, nil
 }
 
 // newLock validates the arguments every etcd lock's constructor takes.
-func newLock(src session.Source, name string, opts []Option) (options, error) {
+func newLock(src session.Source, name string, opts []Option) (base, options, error) {
 	if queue.NilSource(src) {
-		return options{}, fmt.Errorf("%w: session is nil", ErrInvalidOption)
+		return base{}, options{}, fmt.Errorf("%w: session is nil", ErrInvalidOption)
 	}
 	if err := ValidateName(name); err != nil {
-		return options{}, err
+		return base{}, options{}, err
 	}
-	return buildOptions(opts)
+	o, err := buildOptions(opts)
+	if err != nil {
+		return base{}, options{}, err
+	}
+	return base{src: src, name: name, opts: o, tel: telemetry.New(o.tel, "etcd")}, o, nil
 }
 
 // Name returns the lock's name.
@@ -87,27 +99,60 @@ func (m *Mutex) Capabilities() Capabilities {
 // error matching ErrSessionDone and never the lock; if the attempt's key is
 // deleted while waiting, one matching ErrKeyDeleted.
 func (m *Mutex) Lock(ctx context.Context) (Held, error) {
-	return acquire(ctx, m.q, m.src, m.name, "lock", m.opts.owner, false)
+	return m.acquire(ctx, m.q, "lock", false)
 }
 
 // TryLock acquires the lock if nobody holds or waits for it, in one round
 // trip; otherwise it returns an error matching ErrLocked and creates no key.
 func (m *Mutex) TryLock(ctx context.Context) (Held, error) {
-	return acquire(ctx, m.q, m.src, m.name, "try lock", m.opts.owner, true)
+	return m.acquire(ctx, m.q, "try lock", true)
 }
 
-// acquire runs the queue's acquire for op, on the session src gives, and
-// returns the grant.
-func acquire(ctx context.Context, q *queue.Queue, src session.Source, name, op, owner string, try bool) (*Grant, error) {
-	s, err := src.Current(ctx)
-	if err != nil {
-		return nil, opErr(name, op, false, err)
+// acquire runs q's acquire for op, on the session the source gives, and
+// returns the grant; it records the acquire's span and metrics, and the
+// grant's end.
+func (b *base) acquire(ctx context.Context, q *queue.Queue, op string, try bool) (*Grant, error) {
+	ctx, a := b.tel.StartAcquire(ctx, op, b.name)
+	s, err := b.src.Current(ctx)
+	var h *queue.Hold
+	if err == nil {
+		h, err = q.Acquire(ctx, s, b.opts.owner, try, a.Recording())
 	}
-	h, err := q.Acquire(ctx, s, owner, try)
 	if err != nil {
-		return nil, opErr(name, op, false, q.Denied(err))
+		err = opErr(b.name, op, false, q.Denied(err))
+		a.End(outcome(ctx, err), 0, err)
+		return nil, err
 	}
-	return &Grant{name: name, h: h}, nil
+	if n := h.Ahead(); n >= 0 {
+		a.SetAhead(n)
+	}
+	a.End(telemetry.Granted, uint64(h.Rev()), nil)
+	b.tel.Held(b.name, uint64(h.Rev()))
+	name, tel := b.name, b.tel
+	h.OnEnd(func(cause error) { tel.Ended(name, lossKind(cause), opErr(name, "", true, cause)) })
+	return &Grant{name: b.name, h: h}, nil
+}
+
+// outcome classifies a failed acquire for the acquire duration metric.
+func outcome(ctx context.Context, err error) string {
+	switch {
+	case errors.Is(err, ErrLocked):
+		return telemetry.Locked
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return telemetry.Canceled
+	}
+	return telemetry.Failed
+}
+
+// lossKind is the dlock.lost cause of a hold's end, or "" for a release.
+func lossKind(cause error) string {
+	switch {
+	case errors.Is(cause, queue.ErrSessionEnded):
+		return telemetry.LostSession
+	case errors.Is(cause, queue.ErrEntryGone):
+		return telemetry.LostDeleted
+	}
+	return ""
 }
 
 // Grant is one grant of an etcd lock: the Held returned by Mutex.Lock and

@@ -26,11 +26,9 @@ import (
 // An RWMutex is safe for concurrent use; every call is an independent
 // grant.
 type RWMutex struct {
-	src    session.Source
-	name   string
+	base
 	writer *queue.Queue
 	reader *queue.Queue
-	opts   options
 }
 
 var _ Locker = (*RWMutex)(nil)
@@ -39,12 +37,12 @@ var _ Locker = (*RWMutex)(nil)
 // *session.Session or a *session.Manager); name and options are checked as
 // by New. It does no I/O.
 func NewRWMutex(src session.Source, name string, opts ...Option) (*RWMutex, error) {
-	o, err := newLock(src, name, opts)
+	b, o, err := newLock(src, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &RWMutex{
-		src: src, name: name, opts: o,
+		base:   b,
 		writer: queue.New(src.Client(), o.prefix, name, queue.Exclusive),
 		reader: queue.New(src.Client(), o.prefix, name, queue.Reader),
 	}, nil
@@ -66,25 +64,25 @@ func (rw *RWMutex) Capabilities() Capabilities {
 // Lock waits in FIFO order until no other grant, reader or writer, holds
 // the lock, with the same errors and cleanup as Mutex.Lock.
 func (rw *RWMutex) Lock(ctx context.Context) (Held, error) {
-	return acquire(ctx, rw.writer, rw.src, rw.name, "lock", rw.opts.owner, false)
+	return rw.acquire(ctx, rw.writer, "lock", false)
 }
 
 // TryLock takes the lock if nobody holds or waits for it, in one round
 // trip; otherwise it returns an error matching ErrLocked and creates no
 // key.
 func (rw *RWMutex) TryLock(ctx context.Context) (Held, error) {
-	return acquire(ctx, rw.writer, rw.src, rw.name, "try lock", rw.opts.owner, true)
+	return rw.acquire(ctx, rw.writer, "try lock", true)
 }
 
 // RLock waits in FIFO order until no writer that came before it holds or
 // waits for the lock; it shares the lock with other readers.
 func (rw *RWMutex) RLock(ctx context.Context) (Held, error) {
-	return acquire(ctx, rw.reader, rw.src, rw.name, "rlock", rw.opts.owner, false)
+	return rw.acquire(ctx, rw.reader, "rlock", false)
 }
 
 // TryRLock takes a read lock if no writer holds or waits for the lock, in
 // one round trip; otherwise it returns an error matching ErrLocked and
 // creates no key.
 func (rw *RWMutex) TryRLock(ctx context.Context) (Held, error) {
-	return acquire(ctx, rw.reader, rw.src, rw.name, "try rlock", rw.opts.owner, true)
+	return rw.acquire(ctx, rw.reader, "try rlock", true)
 }

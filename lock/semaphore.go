@@ -31,25 +31,23 @@ import (
 // A Semaphore is safe for concurrent use; each Acquire is an independent
 // grant.
 type Semaphore struct {
-	src     session.Source
-	name    string
+	base
 	permits int
 	q       *queue.Queue
-	opts    options
 }
 
 // NewSemaphore returns the semaphore called name with permits permits on
 // src (a *session.Session or a *session.Manager). permits must be
 // positive; name and options are checked as by New. It does no I/O.
 func NewSemaphore(src session.Source, name string, permits int, opts ...Option) (*Semaphore, error) {
-	o, err := newLock(src, name, opts)
+	b, o, err := newLock(src, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	if permits <= 0 {
 		return nil, fmt.Errorf("%w: permits %d must be positive", ErrInvalidOption, permits)
 	}
-	return &Semaphore{src: src, name: name, permits: permits, q: queue.New(src.Client(), o.prefix, name, queue.Shared(permits)), opts: o}, nil
+	return &Semaphore{base: b, permits: permits, q: queue.New(src.Client(), o.prefix, name, queue.Shared(permits))}, nil
 }
 
 // Name returns the semaphore's name.
@@ -73,7 +71,7 @@ func (s *Semaphore) Capabilities() Capabilities {
 // ends or the session ends, with the same errors and cleanup as
 // Mutex.Lock, and ErrPermitsMismatch (see Semaphore).
 func (s *Semaphore) Acquire(ctx context.Context) (Held, error) {
-	return acquire(ctx, s.q, s.src, s.name, "acquire", s.opts.owner, false)
+	return s.acquire(ctx, s.q, "acquire", false)
 }
 
 // TryAcquire acquires a permit if one is free and nobody waits, otherwise
@@ -81,5 +79,5 @@ func (s *Semaphore) Acquire(ctx context.Context) (Held, error) {
 // two round trips when every permit is taken: it enqueues, reads the
 // count, and removes its key again.
 func (s *Semaphore) TryAcquire(ctx context.Context) (Held, error) {
-	return acquire(ctx, s.q, s.src, s.name, "try acquire", s.opts.owner, true)
+	return s.acquire(ctx, s.q, "try acquire", true)
 }

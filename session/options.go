@@ -3,7 +3,10 @@ package session
 import (
 	"fmt"
 	"log/slog"
+
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/dlock-go/dlock/internal/option"
 )
@@ -25,6 +28,7 @@ type options struct {
 	heartbeat time.Duration // 0: ttl/3
 	margin    time.Duration // -1: default
 	logger    *slog.Logger
+	meter     metric.MeterProvider // nil: otel.GetMeterProvider()
 }
 
 func defaults() options {
@@ -68,6 +72,11 @@ func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.marg
 // and failed starts. Optional, defaults to discarding. A nil logger is an
 // error.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithMeterProvider sets where the session records its end
+// (dlock.session.ended, by cause). Optional, defaults to
+// otel.GetMeterProvider().
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.meter = mp } }
 
 // DefaultMargin returns the default safety margin for ttl: ttl/5, but at
 // least 500ms and at most 2s. The margin has to cover what separates the

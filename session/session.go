@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/internal/local"
+	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // Session is one etcd lease kept alive by one heartbeat loop. Every key a
@@ -197,6 +198,14 @@ func (s *Session) end(err error) {
 		level = slog.LevelDebug
 	}
 	s.opts.logger.Log(context.Background(), level, "dlock: session ended", "lease", fmt.Sprintf("%016x", int64(s.id)), "cause", err)
+	cause := telemetry.EndExpired
+	switch {
+	case errors.Is(err, ErrClosed):
+		cause = telemetry.EndClosed
+	case errors.Is(err, ErrLeaseGone):
+		cause = telemetry.EndLeaseGone
+	}
+	telemetry.New(telemetry.Config{MeterProvider: s.opts.meter}, "etcd").SessionEnded(cause)
 }
 
 // extend moves the local deadline forward (never back).

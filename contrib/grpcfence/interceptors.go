@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dlock-go/dlock/internal/telemetry"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -63,9 +65,10 @@ func (s clientStream) RecvMsg(m any) error { return fromStatus(s.ClientStream.Re
 // detail naming both numbers), InvalidArgument for missing, repeated or
 // malformed metadata or a token with Seq 0 or an empty name, and
 // Unavailable when g fails otherwise (the guard's own error is not sent).
-func UnaryServerInterceptor(g fence.Guard) grpc.UnaryServerInterceptor {
+func UnaryServerInterceptor(g fence.Guard, opts ...Option) grpc.UnaryServerInterceptor {
+	tel := guardTelemetry("grpc", opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := admit(ctx, g)
+		ctx, err := admit(ctx, g, tel)
 		if err != nil {
 			return nil, err
 		}
@@ -75,9 +78,10 @@ func UnaryServerInterceptor(g fence.Guard) grpc.UnaryServerInterceptor {
 
 // StreamServerInterceptor is UnaryServerInterceptor for streams: the token
 // is admitted once, when the stream starts.
-func StreamServerInterceptor(g fence.Guard) grpc.StreamServerInterceptor {
+func StreamServerInterceptor(g fence.Guard, opts ...Option) grpc.StreamServerInterceptor {
+	tel := guardTelemetry("grpc", opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, err := admit(ss.Context(), g)
+		ctx, err := admit(ss.Context(), g, tel)
 		if err != nil {
 			return err
 		}
@@ -92,12 +96,15 @@ type serverStream struct {
 
 func (s serverStream) Context() context.Context { return s.ctx }
 
-func admit(ctx context.Context, g fence.Guard) (context.Context, error) {
+func admit(ctx context.Context, g fence.Guard, tel *telemetry.Guarded) (context.Context, error) {
 	t, err := FromIncomingContext(ctx)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := g.Admit(ctx, t); err != nil {
+	if err := tel.Write(ctx, t.Name, t.Seq, func(ctx context.Context) error { return g.Admit(ctx, t) }); err != nil {
+		if errors.Is(err, fence.ErrStaleToken) {
+			tel.Logger().WarnContext(ctx, "dlock: stale fencing token rejected", "guard", "grpc", "token", t.String(), "err", err)
+		}
 		var stale *fence.StaleTokenError
 		switch {
 		case errors.As(err, &stale):

@@ -1,6 +1,7 @@
 package httpfence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,7 +19,8 @@ import (
 //
 // Admission is not atomic with what next does; see the package
 // documentation.
-func Middleware(g fence.Guard) func(http.Handler) http.Handler {
+func Middleware(g fence.Guard, opts ...Option) func(http.Handler) http.Handler {
+	tel := guardTelemetry("http", opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			tok, err := FromHeader(r.Header)
@@ -30,8 +32,11 @@ func Middleware(g fence.Guard) func(http.Handler) http.Handler {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
-			if err := g.Admit(r.Context(), tok); err != nil {
+			if err := tel.Write(r.Context(), tok.Name, tok.Seq, func(ctx context.Context) error { return g.Admit(ctx, tok) }); err != nil {
 				code, msg := rejection(tok, err)
+				if code == http.StatusConflict {
+					tel.Logger().WarnContext(r.Context(), "dlock: stale fencing token rejected", "guard", "http", "token", tok.String(), "err", err)
+				}
 				http.Error(w, msg, code)
 				return
 			}

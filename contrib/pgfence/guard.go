@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
+
+	"github.com/dlock-go/dlock/internal/cleanup"
+	"github.com/dlock-go/dlock/internal/telemetry"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,10 +44,6 @@ RETURNING seq::text`
 
 const highestFormat = `SELECT seq::text FROM %s WHERE name = $1`
 
-// rollbackTimeout bounds the rollback AdmitTx runs after a failure, detached
-// from the caller's (possibly ended) ctx.
-const rollbackTimeout = 5 * time.Second
-
 // DB is what a Guard needs from the database. *pgxpool.Pool, *pgx.Conn and
 // pgx.Tx all satisfy it.
 type DB interface {
@@ -63,6 +61,7 @@ type Guard struct {
 	ddl     string
 	admit   string
 	highest string
+	tel     *telemetry.Guarded
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -86,6 +85,7 @@ func New(db DB, opts ...Option) (*Guard, error) {
 		ddl:     fmt.Sprintf(ddlFormat, table),
 		admit:   fmt.Sprintf(admitFormat, table),
 		highest: fmt.Sprintf(highestFormat, table),
+		tel:     telemetry.NewGuard(o.tel, "postgres", fence.ErrStaleToken),
 	}, nil
 }
 
@@ -130,7 +130,7 @@ func (g *Guard) AdmitTx(ctx context.Context, tx pgx.Tx, t fence.Token) error {
 		err = g.exec(ctx, tx, t)
 	}
 	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		rctx, cancel := cleanup.Context(ctx)
 		defer cancel()
 		if rerr := tx.Rollback(rctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
 			return errors.Join(err, fmt.Errorf("pgfence: rollback: %w", rerr))
@@ -170,6 +170,10 @@ func (g *Guard) Highest(ctx context.Context, name string) (uint64, error) {
 }
 
 func (g *Guard) exec(ctx context.Context, db DB, t fence.Token) error {
+	return g.tel.Write(ctx, t.Name, t.Seq, func(ctx context.Context) error { return g.admitOn(ctx, db, t) })
+}
+
+func (g *Guard) admitOn(ctx context.Context, db DB, t fence.Token) error {
 	var text string
 	if err := db.QueryRow(ctx, g.admit, t.Name, strconv.FormatUint(t.Seq, 10)).Scan(&text); err != nil {
 		return fmt.Errorf("pgfence: admit %s: %w", t, err)

@@ -3,6 +3,11 @@ package pgfence
 import (
 	"fmt"
 	"strings"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // DefaultTable is the fences table used when WithTable is not given.
@@ -13,6 +18,7 @@ type Option func(*options) error
 
 type options struct {
 	table []string // identifier parts: [table] or [schema, table]
+	tel   telemetry.Config
 }
 
 func defaults() options {
@@ -56,4 +62,18 @@ func validIdent(s string) error {
 		}
 	}
 	return nil
+}
+
+// WithMeterProvider sets where the guard counts the tokens it rejects
+// (dlock.fence.rejected, dlock.guard="postgres"). Optional, defaults to
+// otel.GetMeterProvider().
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) error { o.tel.MeterProvider = mp; return nil }
+}
+
+// WithTracerProvider sets where the guard's spans go (one per guarded
+// write, with the token and the result). Optional, defaults to
+// otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) error { o.tel.TracerProvider = tp; return nil }
 }

@@ -23,6 +23,7 @@ type Hold struct {
 	watchOnce sync.Once
 
 	releaseMu sync.Mutex // serialises Release
+	onEnd     func(error)
 
 	mu        sync.Mutex
 	done      chan struct{}
@@ -70,13 +71,39 @@ func (h *Hold) Err() error {
 	return h.err
 }
 
+// Ahead returns how many entries preceded this one at its enqueue, if the
+// acquire counted them, else -1.
+func (h *Hold) Ahead() int64 { return h.t.ahead }
+
+// OnEnd arranges for f to be called once, with the cause (as Err), when
+// the hold ends; at once if it has already ended. f runs synchronously in
+// the goroutine that ends the hold (perhaps the session's, before its Done
+// closes): it must be quick. Call it once, right after the grant.
+func (h *Hold) OnEnd(f func(cause error)) {
+	h.mu.Lock()
+	err := h.err
+	if err == nil {
+		h.onEnd = f
+	}
+	h.mu.Unlock()
+	if err != nil {
+		f(err)
+	}
+}
+
 // end ends the hold with err, once.
 func (h *Hold) end(err error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.err == nil {
-		h.err = err
-		close(h.done)
+	if h.err != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.err = err
+	close(h.done)
+	f := h.onEnd
+	h.mu.Unlock()
+	if f != nil {
+		f(err)
 	}
 }
 

@@ -1,0 +1,297 @@
+// Package telemetry is dlock's one place for metrics, traces and logs:
+// the OpenTelemetry instruments named in DESIGN.md ("Metrics"), from the
+// meter "github.com/dlock-go/dlock", spans per acquire and per guarded
+// write, and the slog logger. Every backend records through a *T; the
+// instruments of one MeterProvider are made once and shared.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Scope is the name of dlock's meter and tracer.
+const Scope = "github.com/dlock-go/dlock"
+
+// Attribute keys and values.
+const (
+	Backend = attribute.Key("dlock.backend")
+	Outcome = attribute.Key("dlock.outcome")
+	Cause   = attribute.Key("dlock.cause")
+	Guard   = attribute.Key("dlock.guard")
+
+	Lock   = attribute.Key("dlock.lock")   // traces only: lock names are not metric attributes
+	Token  = attribute.Key("dlock.token")  // traces only
+	Ahead  = attribute.Key("dlock.ahead")  // traces only: entries before this one at its enqueue
+	WaitS  = attribute.Key("dlock.wait_s") // traces only: seconds from the acquire's start to its end
+	Op     = attribute.Key("dlock.op")
+	Result = attribute.Key("dlock.result")
+)
+
+// Outcomes of an acquire.
+const (
+	Granted  = "granted"
+	Locked   = "locked" // TryLock refused
+	Canceled = "canceled"
+	Failed   = "error"
+)
+
+// Causes of a loss and of a session's end.
+const (
+	LostSession = "session"
+	LostDeleted = "deleted"
+	LostExpired = "expired"
+
+	EndExpired   = "expired"
+	EndLeaseGone = "lease_gone"
+	EndClosed    = "closed"
+)
+
+// instruments are the instruments of one MeterProvider.
+type instruments struct {
+	acquire      metric.Float64Histogram
+	held         metric.Int64UpDownCounter
+	lost         metric.Int64Counter
+	sessionEnded metric.Int64Counter
+	rejected     metric.Int64Counter
+	leader       metric.Int64UpDownCounter
+}
+
+var cache sync.Map // metric.MeterProvider → *instruments
+
+func instrumentsOf(mp metric.MeterProvider) *instruments {
+	if v, ok := cache.Load(mp); ok {
+		return v.(*instruments)
+	}
+	m := mp.Meter(Scope)
+	in := &instruments{}
+	// The API returns a no-op instrument along with any error.
+	in.acquire, _ = m.Float64Histogram("dlock.acquire.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time an acquire (Lock, TryLock, Acquire, Campaign) took, by outcome."),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+	in.held, _ = m.Int64UpDownCounter("dlock.held", metric.WithUnit("{grant}"),
+		metric.WithDescription("Grants held by this process."))
+	in.lost, _ = m.Int64Counter("dlock.lost", metric.WithUnit("{grant}"),
+		metric.WithDescription("Grants that ended without Unlock, by cause."))
+	in.sessionEnded, _ = m.Int64Counter("dlock.session.ended", metric.WithUnit("{session}"),
+		metric.WithDescription("etcd sessions that ended, by cause."))
+	in.rejected, _ = m.Int64Counter("dlock.fence.rejected", metric.WithUnit("{token}"),
+		metric.WithDescription("Fencing tokens a guard rejected as stale, by guard."))
+	in.leader, _ = m.Int64UpDownCounter("dlock.election.leader", metric.WithUnit("{term}"),
+		metric.WithDescription("Leadership terms this process holds (1 per election it leads)."))
+	v, _ := cache.LoadOrStore(mp, in)
+	return v.(*instruments)
+}
+
+// Config selects where telemetry goes; the zero value means the global
+// providers and no logs.
+type Config struct {
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
+}
+
+// T records the telemetry of one backend's objects. Its methods are safe
+// for concurrent use; a nil *T records nothing.
+type T struct {
+	in      *instruments
+	tracer  trace.Tracer
+	log     *slog.Logger
+	backend attribute.KeyValue
+	set     metric.MeasurementOption // {dlock.backend}
+	byOut   map[string]metric.MeasurementOption
+}
+
+// New returns the telemetry of backend ("etcd", "redis", "redlock") for c.
+func New(c Config, backend string) *T {
+	mp, tp, log := c.MeterProvider, c.TracerProvider, c.Logger
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := Backend.String(backend)
+	t := &T{
+		in: instrumentsOf(mp), tracer: tp.Tracer(Scope), log: log, backend: b,
+		set:   metric.WithAttributeSet(attribute.NewSet(b)),
+		byOut: map[string]metric.MeasurementOption{},
+	}
+	for _, o := range []string{Granted, Locked, Canceled, Failed} {
+		t.byOut[o] = metric.WithAttributeSet(attribute.NewSet(b, Outcome.String(o)))
+	}
+	return t
+}
+
+// Logger returns the logger.
+func (t *T) Logger() *slog.Logger { return t.log }
+
+// Acquire is one acquire in progress: its span and its start.
+type Acquire struct {
+	t     *T
+	ctx   context.Context
+	span  trace.Span
+	start time.Time
+}
+
+// StartAcquire starts the span of an acquire (op: "lock", "try lock",
+// "campaign", ...) of the object called name.
+func (t *T) StartAcquire(ctx context.Context, op, name string) (context.Context, Acquire) {
+	ctx, span := t.tracer.Start(ctx, "dlock."+op, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(t.backend, Lock.String(name), Op.String(op)))
+	return ctx, Acquire{t: t, ctx: ctx, span: span, start: time.Now()}
+}
+
+// Recording reports whether the span records (so that extra attributes
+// are worth their cost).
+func (a Acquire) Recording() bool { return a.span.IsRecording() }
+
+// SetAhead records how many entries preceded this one at its enqueue.
+func (a Acquire) SetAhead(n int64) { a.span.SetAttributes(Ahead.Int64(n)) }
+
+// End records the acquire's outcome: its duration by outcome, and the
+// span's token, wait and status. err is the acquire's error, if any.
+func (a Acquire) End(outcome string, token uint64, err error) {
+	d := time.Since(a.start)
+	a.t.in.acquire.Record(a.ctx, d.Seconds(), a.t.byOut[outcome])
+	a.span.SetAttributes(Outcome.String(outcome), WaitS.Float64(d.Seconds()))
+	if token != 0 {
+		a.span.SetAttributes(Token.Int64(int64(token)))
+	}
+	if err != nil && outcome != Locked {
+		a.span.RecordError(err)
+		a.span.SetStatus(codes.Error, err.Error())
+	}
+	a.span.End()
+}
+
+// Held records a new grant (held goes up; DEBUG log).
+func (t *T) Held(name string, token uint64) {
+	t.in.held.Add(context.Background(), 1, t.set)
+	t.log.Debug("dlock: granted", "lock", name, "backend", t.backend.Value.AsString(), "token", token)
+}
+
+// Ended records the end of a grant of the object called name: held goes
+// down; lostCause, if not "", counts a loss and logs it (WARN); otherwise
+// the release is logged (DEBUG).
+func (t *T) Ended(name string, lostCause string, err error) {
+	ctx := context.Background()
+	t.in.held.Add(ctx, -1, t.set)
+	t.lostOrReleased(ctx, name, lostCause, err)
+}
+
+func (t *T) lostOrReleased(ctx context.Context, name, lostCause string, err error) {
+	if lostCause == "" {
+		t.log.Debug("dlock: released", "lock", name, "backend", t.backend.Value.AsString())
+		return
+	}
+	t.in.lost.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(t.backend, Cause.String(lostCause))))
+	t.log.Warn("dlock: lock lost", "lock", name, "backend", t.backend.Value.AsString(), "cause", lostCause, "err", err)
+}
+
+// Elected records a leadership term gained (the leader gauge goes up).
+func (t *T) Elected(name string, epoch uint64) {
+	t.in.leader.Add(context.Background(), 1, t.set)
+	t.log.Debug("dlock: elected", "election", name, "epoch", epoch)
+}
+
+// TermEnded records a term's end: the leader gauge goes down; a term that
+// ended without Resign (lostCause not "") is logged at WARN.
+func (t *T) TermEnded(name string, epoch uint64, lostCause string, err error) {
+	t.in.leader.Add(context.Background(), -1, t.set)
+	if lostCause == "" {
+		t.log.Debug("dlock: resigned", "election", name, "epoch", epoch)
+		return
+	}
+	t.log.Warn("dlock: leadership lost", "election", name, "epoch", epoch, "cause", lostCause, "err", err)
+}
+
+// SessionEnded counts the end of an etcd session by cause.
+func (t *T) SessionEnded(cause string) {
+	t.in.sessionEnded.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(t.backend, Cause.String(cause))))
+}
+
+// Guarded is the telemetry of a guard (which knows no backend). A nil
+// *Guarded records nothing.
+type Guarded struct {
+	in     *instruments
+	tracer trace.Tracer
+	log    *slog.Logger
+	set    metric.MeasurementOption
+	guard  attribute.KeyValue
+	stale  error // errors.Is target of a rejected token
+}
+
+// Write runs fn, the guarded write (or admission) of the token of lock
+// name with seq, under a span, and counts a rejection (an error matching
+// stale). It returns fn's error.
+func (g *Guarded) Write(ctx context.Context, name string, seq uint64, fn func(context.Context) error) error {
+	if g == nil {
+		return fn(ctx)
+	}
+	ctx, end := g.StartWrite(ctx, name, seq)
+	err := fn(ctx)
+	result := "admitted"
+	switch {
+	case errors.Is(err, g.stale):
+		result = "rejected"
+		g.Rejected(ctx)
+	case err != nil:
+		result = "error"
+	}
+	end(result, err)
+	return err
+}
+
+// NewGuard returns the telemetry of the guard called guard ("memory",
+// "postgres", "redis", "http", "grpc"); stale is the error a rejected
+// token matches (fence.ErrStaleToken).
+func NewGuard(c Config, guard string, stale error) *Guarded {
+	mp, tp, log := c.MeterProvider, c.TracerProvider, c.Logger
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := Guard.String(guard)
+	return &Guarded{in: instrumentsOf(mp), tracer: tp.Tracer(Scope), log: log, guard: g, set: metric.WithAttributeSet(attribute.NewSet(g)), stale: stale}
+}
+
+// Rejected counts a stale token the guard rejected.
+func (g *Guarded) Rejected(ctx context.Context) {
+	g.in.rejected.Add(ctx, 1, g.set)
+}
+
+// Logger returns the guard's logger.
+func (g *Guarded) Logger() *slog.Logger { return g.log }
+
+// StartWrite starts the span of a guarded write with the token of lock
+// name and seq; end it with the result ("admitted", "rejected", "error")
+// and the write's error.
+func (g *Guarded) StartWrite(ctx context.Context, name string, seq uint64) (context.Context, func(result string, err error)) {
+	ctx, span := g.tracer.Start(ctx, "dlock.fence.write", trace.WithAttributes(g.guard, Lock.String(name), Token.Int64(int64(seq))))
+	return ctx, func(result string, err error) {
+		span.SetAttributes(Result.String(result))
+		if err != nil && result != "rejected" {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+}
