@@ -97,7 +97,7 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	s, err := el.src.Current(ctx)
 	var h *queue.Hold
 	if err == nil {
-		h, err = el.q.Acquire(ctx, s, value, false, a.Recording())
+		h, err = el.q.Acquire(ctx, s, value, false)
 	}
 	if err != nil {
 		err = opErr(el.name, "campaign", false, el.q.Denied(err))
@@ -105,14 +105,11 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			out = telemetry.Canceled
 		}
-		a.End(out, 0, err)
+		a.Failed(out, err)
 		return nil, err
 	}
-	if n := h.Ahead(); n >= 0 {
-		a.SetAhead(n)
-	}
 	epoch := uint64(h.Rev())
-	a.End(telemetry.Granted, epoch, nil)
+	a.Granted(epoch, h.Queued(), h.Ahead())
 	el.tel.Elected(el.name, epoch)
 	name, tel := el.name, el.tel
 	h.OnEnd(func(cause error) {

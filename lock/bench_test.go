@@ -11,6 +11,12 @@ import (
 	"testing"
 	"time"
 
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
@@ -640,4 +646,46 @@ func heapNow() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// Telemetry's cost: uncontended Lock+Unlock with metrics and traces on
+// (the OpenTelemetry SDK, spans to an exporter that drops them, metrics to
+// a manual reader never read) and off (no-op providers), interleaved.
+func BenchmarkTelemetryOverhead(b *testing.B) {
+	c := etcdtest.New(b)
+	cli := c.Client(b)
+	ctx := context.Background()
+	s := benchSession(b, cli)
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { mp.Shutdown(ctx); tp.Shutdown(ctx) })
+	on, err := lock.New(s, "tel-on", lock.WithMeterProvider(mp), lock.WithTracerProvider(tp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	off, err := lock.New(s, "tel-off", lock.WithMeterProvider(metricnoop.NewMeterProvider()), lock.WithTracerProvider(tracenoop.NewTracerProvider()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var dOn, dOff []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		for _, x := range []struct {
+			m *lock.Mutex
+			d *[]time.Duration
+		}{{on, &dOn}, {off, &dOff}} {
+			t0 := time.Now()
+			h, err := x.m.Lock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := h.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			*x.d = append(*x.d, time.Since(t0))
+		}
+	}
+	b.ReportMetric(median(dOn), "on-ns")
+	b.ReportMetric(median(dOff), "off-ns")
+	b.ReportMetric(median(dOn)/median(dOff), "x-off")
 }

@@ -116,20 +116,24 @@ func (b *base) acquire(ctx context.Context, q *queue.Queue, op string, try bool)
 	s, err := b.src.Current(ctx)
 	var h *queue.Hold
 	if err == nil {
-		h, err = q.Acquire(ctx, s, b.opts.owner, try, a.Recording())
+		h, err = q.Acquire(ctx, s, b.opts.owner, try)
 	}
 	if err != nil {
 		err = opErr(b.name, op, false, q.Denied(err))
-		a.End(outcome(ctx, err), 0, err)
+		a.Failed(outcome(ctx, err), err)
 		return nil, err
 	}
-	if n := h.Ahead(); n >= 0 {
-		a.SetAhead(n)
-	}
-	a.End(telemetry.Granted, uint64(h.Rev()), nil)
+	a.Granted(uint64(h.Rev()), h.Queued(), h.Ahead())
 	b.tel.Held(b.name, uint64(h.Rev()))
 	name, tel := b.name, b.tel
-	h.OnEnd(func(cause error) { tel.Ended(name, lossKind(cause), opErr(name, "", true, cause)) })
+	h.OnEnd(func(cause error) {
+		kind := lossKind(cause)
+		var err error
+		if kind != "" {
+			err = opErr(name, "", true, cause)
+		}
+		tel.Ended(name, kind, err)
+	})
 	return &Grant{name: b.name, h: h}, nil
 }
 

@@ -20,9 +20,10 @@ import (
 // until leave or abandon.
 type ticket struct {
 	entry
-	st    *state
-	slot  uint64
-	ahead int64 // entries before it at its enqueue, if counted; else -1
+	st     *state
+	slot   uint64
+	queued bool  // an entry preceded it at its enqueue: it had to wait
+	ahead  int64 // entries before it at its enqueue, where the enqueue reads that (a semaphore); else -1
 }
 
 // errNoProgress: every try of an enqueue lost a race (the epoch moved, a
@@ -70,7 +71,7 @@ func (q *Queue) prepare(ctx context.Context, s *session.Session, st *state) (int
 // On error nothing is left behind: the key is removed with a detached,
 // bounded context, and an enqueue applied later is void (see "Late
 // writes").
-func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try, count bool) (ticket, []*pb.ResponseOp, error) {
+func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try bool) (ticket, []*pb.ResponseOp, error) {
 	st := stateOf(s)
 	t := q.ticket(st)
 	t.ahead = -1
@@ -84,9 +85,6 @@ func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try
 		cmps = append(cmps, free)
 	}
 	reads := q.rule.joinReads(q)
-	if count {
-		reads = append(reads, clientv3.OpGet(q.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()))
-	}
 	then := append(reads, clientv3.OpPut(t.Key, q.rule.value(val), clientv3.WithLease(s.Lease())))
 	for _, k := range q.rule.sideKeys(q, t.Key) {
 		then = append(then, clientv3.OpPut(k, ""))
@@ -116,8 +114,9 @@ func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try
 		if resp.Succeeded {
 			t.Rev = resp.Header.Revision
 			got := resp.Responses[:len(reads)]
-			if count {
-				t.ahead = got[len(got)-1].GetResponseRange().Count
+			t.queued = !q.rule.grantedAtJoin(t.entry, got)
+			if _, ok := q.rule.(shared); ok {
+				t.ahead = before(got)
 			}
 			if err := q.rule.admit(got); err != nil {
 				return ticket{}, nil, withCleanup(err, t, q.abandon(ctx, s, t, false))

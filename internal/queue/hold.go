@@ -71,8 +71,13 @@ func (h *Hold) Err() error {
 	return h.err
 }
 
-// Ahead returns how many entries preceded this one at its enqueue, if the
-// acquire counted them, else -1.
+// Queued reports whether an entry preceded this one at its enqueue (it
+// had to wait).
+func (h *Hold) Queued() bool { return h.t.queued }
+
+// Ahead returns how many entries preceded this one at its enqueue where
+// the enqueue reads that anyway (a semaphore's), else -1: an exact count
+// for a lock would cost one more read per acquire.
 func (h *Hold) Ahead() int64 { return h.t.ahead }
 
 // OnEnd arranges for f to be called once, with the cause (as Err), when

@@ -88,16 +88,13 @@ func (e entry) Owned() clientv3.Cmp {
 // bounded context), so nothing is left behind, and the error is one of:
 // ErrOccupied; ErrEntryGone; ErrSessionEnded (also matching s.Err()); an
 // error matching ctx.Err() when ctx ended; or etcd's error.
-//
-// With count, the enqueue also counts the entries before it (Hold.Ahead),
-// for a trace; it costs one more read inside the same Txn.
-func (q *Queue) Acquire(ctx context.Context, s *session.Session, val string, try, count bool) (*Hold, error) {
+func (q *Queue) Acquire(ctx context.Context, s *session.Session, val string, try bool) (*Hold, error) {
 	if err := ended(s); err != nil {
 		return nil, err
 	}
 	bctx, cancel := bind(ctx, s)
 	defer cancel()
-	t, reads, err := q.enqueue(bctx, s, val, try, count)
+	t, reads, err := q.enqueue(bctx, s, val, try)
 	if err != nil {
 		return nil, cause(ctx, bctx, s, err)
 	}

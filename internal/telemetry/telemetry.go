@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +32,8 @@ const (
 
 	Lock   = attribute.Key("dlock.lock")   // traces only: lock names are not metric attributes
 	Token  = attribute.Key("dlock.token")  // traces only
-	Ahead  = attribute.Key("dlock.ahead")  // traces only: entries before this one at its enqueue
+	Ahead  = attribute.Key("dlock.ahead")  // traces only: entries before this one at its enqueue (semaphores)
+	Queued = attribute.Key("dlock.queued") // traces only: it had to wait behind another entry
 	WaitS  = attribute.Key("dlock.wait_s") // traces only: seconds from the acquire's start to its end
 	Op     = attribute.Key("dlock.op")
 	Result = attribute.Key("dlock.result")
@@ -144,43 +146,72 @@ type Acquire struct {
 	ctx   context.Context
 	span  trace.Span
 	start time.Time
+	name  string
+	op    string
 }
 
 // StartAcquire starts the span of an acquire (op: "lock", "try lock",
 // "campaign", ...) of the object called name.
 func (t *T) StartAcquire(ctx context.Context, op, name string) (context.Context, Acquire) {
-	ctx, span := t.tracer.Start(ctx, "dlock."+op, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(t.backend, Lock.String(name), Op.String(op)))
-	return ctx, Acquire{t: t, ctx: ctx, span: span, start: time.Now()}
+	ctx, span := t.tracer.Start(ctx, spanName(op), trace.WithSpanKind(trace.SpanKindClient))
+	return ctx, Acquire{t: t, ctx: ctx, span: span, start: time.Now(), name: name, op: op}
+}
+
+var spanNames sync.Map // op → span name
+
+func spanName(op string) string {
+	if v, ok := spanNames.Load(op); ok {
+		return v.(string)
+	}
+	n := "dlock." + strings.ReplaceAll(op, " ", "_")
+	spanNames.Store(op, n)
+	return n
 }
 
 // Recording reports whether the span records (so that extra attributes
 // are worth their cost).
 func (a Acquire) Recording() bool { return a.span.IsRecording() }
 
-// SetAhead records how many entries preceded this one at its enqueue.
-func (a Acquire) SetAhead(n int64) { a.span.SetAttributes(Ahead.Int64(n)) }
-
-// End records the acquire's outcome: its duration by outcome, and the
-// span's token, wait and status. err is the acquire's error, if any.
-func (a Acquire) End(outcome string, token uint64, err error) {
+// Failed records a failed acquire: its duration by outcome, and the
+// span's status.
+func (a Acquire) Failed(outcome string, err error) {
 	d := time.Since(a.start)
-	a.t.in.acquire.Record(a.ctx, d.Seconds(), a.t.byOut[outcome])
-	a.span.SetAttributes(Outcome.String(outcome), WaitS.Float64(d.Seconds()))
-	if token != 0 {
-		a.span.SetAttributes(Token.Int64(int64(token)))
+	a.t.in.acquire.Record(context.Background(), d.Seconds(), a.t.byOut[outcome])
+	if a.span.IsRecording() {
+		a.span.SetAttributes(a.t.backend, Lock.String(a.name), Op.String(a.op), Outcome.String(outcome), WaitS.Float64(d.Seconds()))
+		if outcome != Locked {
+			a.span.RecordError(err)
+			a.span.SetStatus(codes.Error, err.Error())
+		}
 	}
-	if err != nil && outcome != Locked {
-		a.span.RecordError(err)
-		a.span.SetStatus(codes.Error, err.Error())
+	a.span.End()
+}
+
+// Granted records a grant: the acquire's duration, and the span's token,
+// wait, whether it had to wait behind another entry (dlock.queued) and, if
+// known (ahead ≥ 0), how many entries were before it (dlock.ahead).
+func (a Acquire) Granted(token uint64, queued bool, ahead int64) {
+	d := time.Since(a.start)
+	a.t.in.acquire.Record(context.Background(), d.Seconds(), a.t.byOut[Granted])
+	if a.span.IsRecording() {
+		attrs := [8]attribute.KeyValue{a.t.backend, Lock.String(a.name), Op.String(a.op),
+			Outcome.String(Granted), WaitS.Float64(d.Seconds()), Token.Int64(int64(token)), Queued.Bool(queued)}
+		n := 7
+		if ahead >= 0 {
+			attrs[7], n = Ahead.Int64(ahead), 8
+		}
+		a.span.SetAttributes(attrs[:n]...)
 	}
 	a.span.End()
 }
 
 // Held records a new grant (held goes up; DEBUG log).
 func (t *T) Held(name string, token uint64) {
-	t.in.held.Add(context.Background(), 1, t.set)
-	t.log.Debug("dlock: granted", "lock", name, "backend", t.backend.Value.AsString(), "token", token)
+	ctx := context.Background()
+	t.in.held.Add(ctx, 1, t.set)
+	if t.log.Enabled(ctx, slog.LevelDebug) {
+		t.log.Debug("dlock: granted", "lock", name, "backend", t.backend.Value.AsString(), "token", token)
+	}
 }
 
 // Ended records the end of a grant of the object called name: held goes
@@ -194,7 +225,9 @@ func (t *T) Ended(name string, lostCause string, err error) {
 
 func (t *T) lostOrReleased(ctx context.Context, name, lostCause string, err error) {
 	if lostCause == "" {
-		t.log.Debug("dlock: released", "lock", name, "backend", t.backend.Value.AsString())
+		if t.log.Enabled(ctx, slog.LevelDebug) {
+			t.log.Debug("dlock: released", "lock", name, "backend", t.backend.Value.AsString())
+		}
 		return
 	}
 	t.in.lost.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(t.backend, Cause.String(lostCause))))

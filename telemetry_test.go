@@ -1,0 +1,305 @@
+package dlock_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/contrib/grpcfence"
+	"github.com/dlock-go/dlock/contrib/httpfence"
+	"github.com/dlock-go/dlock/contrib/pgfence"
+	"github.com/dlock-go/dlock/contrib/redisfence"
+	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/integration/pgtest"
+	"github.com/dlock-go/dlock/integration/redistest"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/session"
+)
+
+// metrics reads what a ManualReader has collected.
+type metrics struct {
+	t *testing.T
+	r *sdkmetric.ManualReader
+}
+
+// point returns the value of the data point of instrument name whose
+// attributes are exactly attrs, and whether there is one.
+func (m metrics) point(name string, attrs ...attribute.KeyValue) (float64, bool) {
+	m.t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(m.t, m.r.Collect(context.Background(), &rm))
+	want := attribute.NewSet(attrs...)
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != "github.com/dlock-go/dlock" {
+			continue
+		}
+		for _, mt := range sm.Metrics {
+			if mt.Name != name {
+				continue
+			}
+			switch d := mt.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if p.Attributes.Equals(&want) {
+						return float64(p.Value), true
+					}
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					if p.Attributes.Equals(&want) {
+						return float64(p.Count), true
+					}
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+func (m metrics) assert(name string, want float64, attrs ...attribute.KeyValue) {
+	m.t.Helper()
+	got, ok := m.point(name, attrs...)
+	if assert.True(m.t, ok, "%s%v: no data point", name, attrs) {
+		assert.Equal(m.t, want, got, "%s%v", name, attrs)
+	}
+}
+
+func newMetrics(t *testing.T) (metrics, *sdkmetric.MeterProvider) {
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	return metrics{t: t, r: r}, mp
+}
+
+var (
+	etcdAttr = attribute.String("dlock.backend", "etcd")
+	outcome  = func(o string) attribute.KeyValue { return attribute.String("dlock.outcome", o) }
+	cause    = func(c string) attribute.KeyValue { return attribute.String("dlock.cause", c) }
+)
+
+// Every etcd instrument appears with its attributes after the events that
+// drive it; a span per acquire carries the outcome, the token, the wait
+// and the entries ahead; a session loss is a WARN log record.
+func TestTelemetryEtcd(t *testing.T) {
+	m, mp := newMetrics(t)
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer tp.Shutdown(context.Background())
+	var logs syncBuffer
+	c := etcdtest.New(t)
+	ctx := etcdtest.Context(t)
+	client, err := dlock.Open(ctx, dlock.Config{
+		Backend: dlock.BackendEtcd, Endpoints: c.HostPorts(), Prefix: "tel",
+		MeterProvider: mp, TracerProvider: tp,
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	require.NoError(t, err)
+	defer client.Close(ctx)
+	l, err := client.Locker("orders")
+	require.NoError(t, err)
+
+	h, err := l.Lock(ctx)
+	require.NoError(t, err)
+	m.assert("dlock.acquire.duration", 1, etcdAttr, outcome("granted"))
+	m.assert("dlock.held", 1, etcdAttr)
+	_, err = l.TryLock(ctx)
+	require.ErrorIs(t, err, lock.ErrLocked)
+	m.assert("dlock.acquire.duration", 1, etcdAttr, outcome("locked"))
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = l.Lock(wctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	m.assert("dlock.acquire.duration", 1, etcdAttr, outcome("canceled"))
+
+	el, err := client.Election("leader")
+	require.NoError(t, err)
+	term, err := el.Campaign(ctx, "me")
+	require.NoError(t, err)
+	m.assert("dlock.election.leader", 1, etcdAttr)
+
+	// The session ends (its lease revoked by the server): the grant is
+	// lost, the term too.
+	s, err := client.Source().Current(ctx)
+	require.NoError(t, err)
+	_, err = c.Client(t).Revoke(ctx, s.Lease())
+	require.NoError(t, err)
+	<-s.Done()
+	<-h.Done()
+	m.assert("dlock.lost", 1, etcdAttr, cause("session"))
+	m.assert("dlock.held", 0, etcdAttr)
+	m.assert("dlock.session.ended", 1, etcdAttr, cause("lease_gone"))
+	m.assert("dlock.election.leader", 0, etcdAttr)
+	assert.ErrorIs(t, term.Err(), session.ErrLeaseGone)
+
+	var warned, lostLogged bool
+	for _, r := range logs.records(t) {
+		switch {
+		case r["msg"] == "dlock: session ended" && r["level"] == "WARN":
+			warned = true
+		case r["msg"] == "dlock: lock lost" && r["level"] == "WARN":
+			lostLogged = true
+		}
+	}
+	assert.True(t, warned, "a WARN record for the session loss")
+	assert.True(t, lostLogged, "a WARN record for the lock loss")
+
+	// Locks on the renewed session, one waiting behind the other, and
+	// Unlocks: held goes up and down.
+	h, err = l.Lock(ctx)
+	require.NoError(t, err)
+	w := etcdtest.WatchPuts(t, c.Client(t), "tel/lock/orders/")
+	got := make(chan lock.Held, 1)
+	go func() {
+		h2, err := l.Lock(ctx)
+		assert.NoError(t, err)
+		got <- h2
+	}()
+	etcdtest.WaitPuts(t, w, 1)
+	m.assert("dlock.held", 1, etcdAttr)
+	require.NoError(t, h.Unlock(ctx))
+	require.NoError(t, (<-got).Unlock(ctx))
+	m.assert("dlock.held", 0, etcdAttr)
+	m.assert("dlock.acquire.duration", 4, etcdAttr, outcome("granted")) // 3 Locks and a Campaign
+	m.assert("dlock.session.ended", 1, etcdAttr, cause("lease_gone"))
+
+	var lockSpans []sdktrace.ReadOnlySpan
+	for _, sp := range spans.Ended() {
+		if sp.Name() == "dlock.lock" {
+			lockSpans = append(lockSpans, sp)
+		}
+	}
+	require.Len(t, lockSpans, 4, "one span per Lock")
+	attrs := map[attribute.Key]attribute.Value{}
+	for _, kv := range lockSpans[0].Attributes() {
+		attrs[kv.Key] = kv.Value
+	}
+	assert.Equal(t, "granted", attrs["dlock.outcome"].AsString())
+	assert.Equal(t, "orders", attrs["dlock.lock"].AsString())
+	assert.Equal(t, "etcd", attrs["dlock.backend"].AsString())
+	assert.NotZero(t, attrs["dlock.token"].AsInt64())
+	assert.Contains(t, attrs, attribute.Key("dlock.wait_s"))
+	for i, want := range []struct {
+		outcome string
+		queued  bool
+	}{{"granted", false}, {"canceled", false}, {"granted", false}, {"granted", true}} {
+		attrs := map[attribute.Key]attribute.Value{}
+		for _, kv := range lockSpans[i].Attributes() {
+			attrs[kv.Key] = kv.Value
+		}
+		assert.Equal(t, want.outcome, attrs["dlock.outcome"].AsString(), "span %d", i)
+		if want.outcome == "granted" {
+			assert.Equal(t, want.queued, attrs["dlock.queued"].AsBool(), "span %d: waited behind another", i)
+		}
+	}
+}
+
+// Every guard counts the stale tokens it rejects, with its dlock.guard
+// attribute and no backend.
+func TestTelemetryGuards(t *testing.T) {
+	m, mp := newMetrics(t)
+	ctx := etcdtest.Context(t)
+	stale := fence.Token{Name: "orders", Seq: 5}
+	fresh := fence.Token{Name: "orders", Seq: 7}
+	guard := func(g string) attribute.KeyValue { return attribute.String("dlock.guard", g) }
+
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(mp) // MemoryGuard records through the global provider
+	defer otel.SetMeterProvider(prev)
+	mem := fence.NewMemoryGuard()
+	require.NoError(t, mem.Admit(ctx, fresh))
+	require.ErrorIs(t, mem.Admit(ctx, stale), fence.ErrStaleToken)
+	m.assert("dlock.fence.rejected", 1, guard("memory"))
+
+	pool, err := pgxpool.New(ctx, pgtest.Start(t).NewDatabase(t))
+	require.NoError(t, err)
+	defer pool.Close()
+	pg, err := pgfence.New(pool, pgfence.WithMeterProvider(mp))
+	require.NoError(t, err)
+	require.NoError(t, pg.Migrate(ctx))
+	require.NoError(t, pg.Admit(ctx, fresh))
+	require.ErrorIs(t, pg.Admit(ctx, stale), fence.ErrStaleToken)
+	m.assert("dlock.fence.rejected", 1, guard("postgres"))
+
+	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
+	defer rdb.Close()
+	rg, err := redisfence.New(rdb, redisfence.WithMeterProvider(mp))
+	require.NoError(t, err)
+	require.NoError(t, rg.Admit(ctx, fresh))
+	require.ErrorIs(t, rg.Admit(ctx, stale), fence.ErrStaleToken)
+	m.assert("dlock.fence.rejected", 1, guard("redis"))
+
+	srv := httptest.NewServer(httpfence.Middleware(fence.NewMemoryGuard(), httpfence.WithMeterProvider(mp))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	defer srv.Close()
+	for _, tok := range []fence.Token{fresh, stale} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+		require.NoError(t, err)
+		httpfence.SetHeader(req.Header, tok)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	m.assert("dlock.fence.rejected", 1, guard("http"))
+
+	intercept := grpcfence.UnaryServerInterceptor(fence.NewMemoryGuard(), grpcfence.WithMeterProvider(mp))
+	for _, tok := range []fence.Token{fresh, stale} {
+		ictx := metadata.NewIncomingContext(ctx, metadata.Pairs(grpcfence.MetadataKey, tok.String()))
+		_, err := intercept(ictx, nil, &grpc.UnaryServerInfo{FullMethod: "/x/Y"}, func(context.Context, any) (any, error) { return nil, nil })
+		if tok == stale {
+			assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+		}
+	}
+	m.assert("dlock.fence.rejected", 1, guard("grpc"))
+	m.assert("dlock.fence.rejected", 3, guard("memory")) // and the guards behind the middleware
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+// records returns the JSON log records written so far.
+func (s *syncBuffer) records(t *testing.T) []map[string]any {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	dec := json.NewDecoder(bytes.NewReader(s.b))
+	for dec.More() {
+		var r map[string]any
+		require.NoError(t, dec.Decode(&r))
+		out = append(out, r)
+	}
+	return out
+}
