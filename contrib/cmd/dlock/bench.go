@@ -28,7 +28,8 @@ session), that take turns on one lock for --duration, and prints per backend:
 
 Give --dsn several times to compare backends side by side, for example
   dlock bench --dsn etcd://127.0.0.1:2379 --dsn redis://127.0.0.1:6379
-Each DSN runs on its own, one after the other. A progress line goes to
+Each DSN runs on its own, one after the other. Without --dsn, bench
+measures the backend that $DLOCK_DSN names. A progress line goes to
 stderr every second on runs of 3s or more.`
 
 // Defaults for bench's flags.
@@ -46,7 +47,7 @@ func (l *dsnList) Set(s string) error { *l = append(*l, s); return nil }
 func runBench(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bench", "--dsn DSN [--dsn DSN...] [flags]", benchDescription)
 	var dsns dsnList
-	fs.Var(&dsns, "dsn", "backend to measure (repeatable): etcd://h:2379, redis://h:6379, redlock://h1,h2,h3")
+	fs.Var(&dsns, "dsn", "backend to measure (repeatable; default $"+envDSN+"): etcd://h:2379, etcds://h:2379?cacert=…, redis://h:6379, rediss://…, redlock://h1,h2,h3 (see dlock.ParseDSN)")
 	clients := fs.Int("clients", defaultBenchClients, "concurrent clients per backend")
 	duration := fs.Duration("duration", defaultBenchDuration, "how long to run each backend")
 	hold := fs.Duration("hold", 0, "how long each grant holds the lock before releasing it")
@@ -55,11 +56,17 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	from := "--dsn"
+	if len(dsns) == 0 {
+		if d := e.getenv(envDSN); d != "" {
+			dsns, from = dsnList{d}, "$"+envDSN
+		}
+	}
 	switch {
 	case len(pos) > 0:
 		return usageError("unexpected argument %q", pos[0])
 	case len(dsns) == 0:
-		return usageError("--dsn is required")
+		return usageError("--dsn is required (or set $%s)", envDSN)
 	case *clients < 1:
 		return usageError("--clients %d must be at least 1", *clients)
 	case *duration <= 0:
@@ -73,7 +80,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	cfgs := make([]dlock.Config, len(dsns))
 	for i, d := range dsns {
 		if cfgs[i], err = dlock.ParseDSN(d); err != nil {
-			return usageError("--dsn: %v", err)
+			return usageError("%s: %v", from, err)
 		}
 	}
 	var results []benchResult
@@ -122,7 +129,7 @@ func (b *bencher) run(ctx context.Context) (benchResult, error) {
 		}
 	}()
 	for i := range lockers {
-		c, err := dlock.Open(ctx, b.cfg)
+		c, err := open(ctx, b.cfg)
 		if err != nil {
 			return benchResult{}, err
 		}

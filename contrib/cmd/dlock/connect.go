@@ -8,17 +8,26 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/session"
 )
 
-// Defaults for the etcd connection flags.
+// Defaults for the connection flags.
 const (
 	defaultEndpoints   = "127.0.0.1:2379"
 	defaultDialTimeout = 5 * time.Second
+)
+
+// envDSN is the environment variable that is the default of --dsn in every
+// subcommand that has one.
+const envDSN = "DLOCK_DSN"
+
+// DSN forms, for the flags' help.
+const (
+	etcdDSNHelp = "etcd://[user:pass@]h1:2379,h2:2379[/prefix][?ttl=10s&dial_timeout=5s], " +
+		"etcds://h1:2379[/prefix]?cacert=ca.pem[&cert=client.pem&key=client-key.pem&server_name=NAME] (TLS)"
+	redisDSNHelp = "redis://[user:pass@]h:6379[/prefix][?ttl=10s&db=0], rediss://… (TLS, same parameters as etcds), " +
+		"redis+sentinel://s1:26379,…?master_name=M, redis+cluster://n1:6379,…, redlock://h1:6379,h2:6379,h3:6379[/prefix][?ttl=10s], redlocks://… (TLS)"
 )
 
 // connFlags are the connection flags of run, elect and inspect. elect and
@@ -26,27 +35,27 @@ const (
 type connFlags struct {
 	anyBackend bool // set before register: --dsn may name redis or redlock
 
+	withTTL     bool   // --ttl is registered
+	envDSN      string // $DLOCK_DSN when register ran
 	endpoints   string
 	dsn         string
 	prefix      string
 	ttl         time.Duration
 	dialTimeout time.Duration
-
-	username, password string // from --dsn
 }
 
-func (f *connFlags) register(fs *flagSet, withTTL bool) {
-	dsnHelp := "etcd DSN, instead of --endpoints: etcd://[user:pass@]h1:2379,h2:2379[/prefix][?ttl=10s&dial_timeout=5s]"
+func (f *connFlags) register(fs *flagSet, e *env, withTTL bool) {
+	f.withTTL, f.envDSN = withTTL, e.getenv(envDSN)
+	dsnHelp := "etcd DSN, instead of --endpoints (default $" + envDSN + "): " + etcdDSNHelp
 	prefixHelp := "etcd key namespace: locks live under <prefix>/lock/<name>/, elections under <prefix>/election/<name>/"
 	ttlHelp := "session TTL: how long after the last heartbeat the lock is released (whole seconds, ≥ 2s)"
 	if f.anyBackend {
-		dsnHelp = "backend DSN, instead of --endpoints: etcd://[user:pass@]h1:2379,h2:2379[/prefix][?ttl=10s&dial_timeout=5s], " +
-			"redis://[user:pass@]h:6379[/prefix][?ttl=10s&db=0], redlock://h1:6379,h2:6379,h3:6379[/prefix][?ttl=10s]"
+		dsnHelp = "backend DSN, instead of --endpoints (default $" + envDSN + "): " + etcdDSNHelp + ", " + redisDSNHelp
 		prefixHelp = "key namespace: etcd locks live under <prefix>/lock/<name>/, Redis locks at <prefix>:{<name>}"
 		ttlHelp = "etcd: session TTL, how long after the last heartbeat the lock is released (whole seconds, ≥ 2s); " +
 			"redis, redlock: the grant's validity, renewed every TTL/3 while held"
 	}
-	fs.StringVar(&f.endpoints, "endpoints", defaultEndpoints, "etcd endpoints, comma-separated (host:port or http://host:port)")
+	fs.StringVar(&f.endpoints, "endpoints", defaultEndpoints, "etcd endpoints, comma-separated (host:port or http://host:port), plaintext; for TLS use --dsn etcds://")
 	fs.StringVar(&f.dsn, "dsn", "", dsnHelp)
 	fs.StringVar(&f.prefix, "prefix", dlock.DefaultPrefix, prefixHelp)
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", defaultDialTimeout, "give up connecting after this long")
@@ -55,24 +64,39 @@ func (f *connFlags) register(fs *flagSet, withTTL bool) {
 	}
 }
 
-// config resolves the flags into a dlock.Config for any backend: --dsn
-// names the backend, else --endpoints are etcd members. --prefix, --ttl and
-// --dial-timeout, when given, override the DSN's.
+// dsnSource returns the DSN to use and where it comes from: --dsn if
+// given, else $DLOCK_DSN unless --endpoints is given ("" if neither).
+func (f *connFlags) dsnSource(fs *flagSet) (dsn, from string) {
+	switch {
+	case isSet(fs, "dsn"):
+		return f.dsn, "--dsn"
+	case isSet(fs, "endpoints"):
+		return "", ""
+	}
+	return f.envDSN, "$" + envDSN
+}
+
+// config resolves the flags into a dlock.Config: a DSN (--dsn, else
+// $DLOCK_DSN) names the backend, else --endpoints are etcd members.
+// --prefix, --ttl and --dial-timeout, when given, override the DSN's.
 func (f *connFlags) config(fs *flagSet) (dlock.Config, error) {
 	cfg := dlock.Config{Backend: dlock.BackendEtcd}
-	if f.dsn != "" {
-		if isSet(fs, "endpoints") {
+	if dsn, from := f.dsnSource(fs); dsn != "" {
+		if from == "--dsn" && isSet(fs, "endpoints") {
 			return cfg, usageError("--dsn and --endpoints are mutually exclusive")
 		}
 		var err error
-		if cfg, err = dlock.ParseDSN(f.dsn); err != nil {
-			return cfg, usageError("--dsn: %v", err)
+		if cfg, err = dlock.ParseDSN(dsn); err != nil {
+			return cfg, usageError("%s: %v", from, err)
+		}
+		if !f.anyBackend && cfg.Backend != dlock.BackendEtcd {
+			return cfg, usageError("%s: %s works on etcd only (etcd://, etcds://), not %s", from, strings.TrimPrefix(fs.Name(), "dlock "), cfg.Backend)
 		}
 	} else {
 		for _, ep := range f.list() {
 			hp := strings.TrimPrefix(ep, "http://")
 			if strings.Contains(hp, "://") {
-				return cfg, usageError("--endpoints: %q: want host:port or http://host:port", ep)
+				return cfg, usageError("--endpoints: %q: want host:port or http://host:port (for TLS: --dsn etcds://host:port?cacert=…)", ep)
 			}
 			cfg.Endpoints = append(cfg.Endpoints, hp)
 		}
@@ -83,7 +107,7 @@ func (f *connFlags) config(fs *flagSet) (dlock.Config, error) {
 	if cfg.Prefix == "" || isSet(fs, "prefix") {
 		cfg.Prefix = f.prefix
 	}
-	if cfg.TTL == 0 || isSet(fs, "ttl") {
+	if f.withTTL && (cfg.TTL == 0 || isSet(fs, "ttl")) {
 		cfg.TTL = f.ttl
 	}
 	if cfg.DialTimeout == 0 || isSet(fs, "dial-timeout") {
@@ -94,54 +118,17 @@ func (f *connFlags) config(fs *flagSet) (dlock.Config, error) {
 		return cfg, usageError("--dial-timeout %v must be positive", cfg.DialTimeout)
 	case cfg.Prefix == "" || strings.HasSuffix(cfg.Prefix, "/"):
 		return cfg, usageError("--prefix %q must be non-empty and must not end with '/'", cfg.Prefix)
-	case cfg.Backend == dlock.BackendEtcd:
+	case cfg.Backend == dlock.BackendEtcd && cfg.TTL != 0:
 		if err := checkTTL(cfg.TTL); err != nil {
 			return cfg, err
 		}
-	case cfg.TTL <= 0:
+	case cfg.TTL < 0 || f.withTTL && cfg.TTL == 0:
 		return cfg, usageError("--ttl %v must be positive", cfg.TTL)
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError("%v", err)
 	}
 	return cfg, nil
-}
-
-// resolve applies --dsn over the other flags and checks them.
-func (f *connFlags) resolve(fs *flagSet) error {
-	if f.dsn != "" {
-		if isSet(fs, "endpoints") {
-			return usageError("--dsn and --endpoints are mutually exclusive")
-		}
-		cfg, err := dlock.ParseDSN(f.dsn)
-		if err != nil {
-			return usageError("--dsn: %v", err)
-		}
-		if cfg.Backend != dlock.BackendEtcd {
-			return usageError("--dsn: %s works on etcd only (etcd://host:port,...), not %s", strings.TrimPrefix(fs.Name(), "dlock "), cfg.Backend)
-		}
-		f.endpoints = strings.Join(cfg.Endpoints, ",")
-		f.username, f.password = cfg.Username, cfg.Password
-		if cfg.Prefix != "" && !isSet(fs, "prefix") {
-			f.prefix = cfg.Prefix
-		}
-		if cfg.TTL != 0 && !isSet(fs, "ttl") {
-			f.ttl = cfg.TTL
-		}
-		if cfg.DialTimeout != 0 && !isSet(fs, "dial-timeout") {
-			f.dialTimeout = cfg.DialTimeout
-		}
-	}
-	if len(f.list()) == 0 {
-		return usageError("--endpoints is empty")
-	}
-	if f.dialTimeout <= 0 {
-		return usageError("--dial-timeout %v must be positive", f.dialTimeout)
-	}
-	if f.prefix == "" || strings.HasSuffix(f.prefix, "/") {
-		return usageError("--prefix %q must be non-empty and must not end with '/'", f.prefix)
-	}
-	return nil
 }
 
 func (f *connFlags) list() []string {
@@ -154,36 +141,51 @@ func (f *connFlags) list() []string {
 	return eps
 }
 
-// connect dials etcd and checks, within --dial-timeout, that a member
-// answers: clientv3 connects lazily, and without this check an unreachable
-// endpoint would surface only as a hang in the first request.
-func (f *connFlags) connect(ctx context.Context) (*clientv3.Client, error) {
-	eps := f.list()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   eps,
-		DialTimeout: f.dialTimeout,
-		Username:    f.username,
-		Password:    f.password,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to etcd at %s: %w", strings.Join(eps, ","), err)
+// open connects to cfg's backend with dlock.Open, which checks within the
+// dial timeout that the servers answer (on etcd by starting the Client's
+// session). Open explains a failure it can diagnose (nothing listens, TLS
+// against plaintext or the reverse, a certificate refused); that
+// explanation is kept as it is. Only a bare timeout, which Open could not
+// explain (a server that accepts connections and then says nothing), gets
+// a generic hint about the flags.
+func open(ctx context.Context, cfg dlock.Config) (*dlock.Client, error) {
+	c, err := dlock.Open(ctx, cfg)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !explained(err) {
+		err = fmt.Errorf("%w (no answer within %v: check the address, and that the server is up; see --dsn, --endpoints, --dial-timeout)", err, cfg.DialTimeout)
 	}
-	cctx, cancel := context.WithTimeout(ctx, f.dialTimeout)
-	defer cancel()
-	// A linearizable read of a key nobody uses needs a live quorum.
-	if _, err := cli.Get(cctx, "dlock/ping", clientv3.WithCountOnly()); err != nil {
-		cli.Close()
-		if errors.Is(err, context.DeadlineExceeded) || cctx.Err() != nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("etcd at %s: no answer within %v (is it running? see --endpoints, --dial-timeout)", strings.Join(eps, ","), f.dialTimeout)
-		}
-		return nil, fmt.Errorf("etcd at %s: %w", strings.Join(eps, ","), err)
-	}
-	return cli, nil
+	return c, err
 }
 
-func (f *connFlags) lockPrefix() string     { return f.prefix + "/lock" }
-func (f *connFlags) electionPrefix() string { return f.prefix + "/election" }
+// explained reports whether err carries dlock.Open's diagnosis of a failed
+// connection. Open adds it as "<failure> (<diagnosis>)", wrapping the
+// failure with %w (see explain in the root package): the one link of the
+// chain whose message is the next link's with a parenthesis appended. The
+// root exports no marker for it; TestTLSRefused and TestUnreachable pin
+// both cases, so a change of that form fails them.
+func explained(err error) bool {
+	if err == nil {
+		return false
+	}
+	var next []error
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		next = []error{u.Unwrap()}
+	case interface{ Unwrap() []error }:
+		next = u.Unwrap()
+	}
+	for _, n := range next {
+		if n == nil {
+			continue
+		}
+		if msg := err.Error(); len(next) == 1 && strings.HasPrefix(msg, n.Error()+" (") && strings.HasSuffix(msg, ")") {
+			return true
+		}
+		if explained(n) {
+			return true
+		}
+	}
+	return false
+}
 
 // isSet reports whether the flag called name was given on the command line.
 func isSet(fs *flagSet, name string) bool {

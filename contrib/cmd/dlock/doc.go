@@ -39,7 +39,12 @@
 // lost while CMD runs (etcd: the session expired or its lease was revoked;
 // Redis: a renewal found the key gone, or none succeeded within the TTL),
 // CMD's process group gets SIGTERM, then SIGKILL after --grace, and run
-// exits 3. SIGINT and SIGTERM are forwarded.
+// exits 3. SIGINT and SIGTERM are forwarded. If run itself is killed
+// (SIGKILL, the OOM killer), then on Linux and FreeBSD the kernel kills CMD
+// with it (a parent-death signal; CMD only, not what CMD started); on
+// macOS, the other BSDs and Windows CMD keeps running, orphaned. The lock
+// is then released by the backend, a TTL after run's last heartbeat or
+// renewal.
 //
 // elect campaigns for leadership and holds it until interrupted, then
 // resigns; with --observe it prints every change of leader.
@@ -53,14 +58,33 @@
 // and prints them side by side.
 //
 // elect and inspect talk to etcd only, and so does run by default:
-// --endpoints (default 127.0.0.1:2379) or --dsn
+// --endpoints (default 127.0.0.1:2379, plaintext) or --dsn
 // etcd://h1:2379,h2:2379[/prefix][?ttl=10s]. run also takes
-// --dsn redis://h:6379[/prefix][?ttl=10s&db=0] and
-// --dsn redlock://h1:6379,h2:6379,h3:6379[/prefix][?ttl=10s] (see
+// --dsn redis://h:6379[/prefix][?ttl=10s&db=0],
+// redis+sentinel://s1:26379,...?master_name=M, redis+cluster://n1:6379,...
+// and redlock://h1:6379,h2:6379,h3:6379[/prefix][?ttl=10s] (see
 // dlock.ParseDSN); elect and inspect reject them with a usage error. Keys
-// live under <prefix>/lock/<name>/ and <prefix>/election/<name>/ on etcd,
-// at <prefix>:{<name>} on Redis, with the prefix "dlock" by default, as for
-// dlock.Open.
+// live where dlock.Open's Client puts them: under <prefix>/lock/<name>/ and
+// <prefix>/election/<name>/ on etcd, at <prefix>:{<name>} on Redis, with
+// the prefix "dlock" by default.
+//
+// TLS goes through the DSN, as for dlock.ParseDSN: etcds://, rediss://
+// (and rediss+sentinel://, rediss+cluster://) and redlocks://, with
+// cacert (the CA to trust), cert and key (a client certificate, for mutual
+// TLS) and server_name, for example
+//
+//	dlock run --lock jobs/nightly --dsn 'etcds://10.0.0.1:2379?cacert=ca.pem&cert=client.pem&key=client-key.pem' -- ./nightly.sh
+//
+// A connection that fails says why when it can tell: nothing listening,
+// plaintext against TLS or the reverse, a certificate the other side
+// refused.
+//
+// # Environment
+//
+//	DLOCK_DSN    the default of --dsn in run, elect, inspect and bench;
+//	             --dsn or --endpoints, when given, win
+//	DLOCK_LOCK   run: set for CMD, the lock's name
+//	DLOCK_TOKEN  run: set for CMD, the fencing token ("<name>:<seq>")
 //
 // Every subcommand has --help. Flags of elect, inspect and bench may also
 // follow their arguments; run's flags must come before "--".
@@ -90,6 +114,13 @@
 //   - run starts CMD in a process group of its own, so that everything it
 //     starts can be stopped; CMD is therefore not in the terminal's
 //     foreground group and should not read from the terminal.
+//   - When run is killed, the kernel's parent-death signal (Linux,
+//     FreeBSD) reaches CMD but not CMD's own children: a shell's
+//     background jobs outlive it. Exec the real command ("sh -c 'exec
+//     job'") where that matters. Elsewhere nothing stops CMD, and it runs
+//     on after the lock is released, one TTL later.
+//   - inspect only reads, but connects as run does, starting a session (a
+//     lease that holds no key, revoked when it exits).
 //   - bench measures from this process: its numbers include the network
 //     between it and the servers, and the clients contend for one lock.
 package main

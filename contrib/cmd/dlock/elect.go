@@ -10,7 +10,6 @@ import (
 
 	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/lock"
-	"github.com/dlock-go/dlock/session"
 )
 
 const electDescription = `
@@ -23,13 +22,17 @@ lease was revoked), it prints one line and exits 3.
 dlock elect --observe NAME prints the current leader, then one line per
 change ("leader VALUE epoch N", or "no leader"), until interrupted.
 
+It talks to etcd: --endpoints (plaintext), or a DSN in --dsn or
+$DLOCK_DSN (etcd://, or etcds:// for TLS with cacert, cert and key).
+Candidates' keys live under <prefix>/election/NAME/.
+
 Exit codes: 0 resigned or stopped observing, 1 error, 2 bad flags or
 arguments, 3 leadership lost.`
 
 func runElect(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "elect", "[flags] NAME VALUE | --observe NAME", electDescription)
 	var conn connFlags
-	conn.register(fs, true)
+	conn.register(fs, e, true)
 	observe := fs.Bool("observe", false, "print the leader and every change of leader, instead of campaigning")
 	pos, err := parse(fs, args, true)
 	if err != nil {
@@ -41,10 +44,8 @@ func runElect(ctx context.Context, e *env, args []string) error {
 	case !*observe && len(pos) != 2:
 		return usageError("want two arguments, NAME and VALUE; got %d", len(pos))
 	}
-	if err := conn.resolve(fs); err != nil {
-		return err
-	}
-	if err := checkTTL(conn.ttl); err != nil {
+	cfg, err := conn.config(fs)
+	if err != nil {
 		return err
 	}
 	// Check the name before connecting (elections use the lock name rules).
@@ -52,21 +53,17 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		return usageError("%v", err)
 	}
 
-	cli, err := conn.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	sess, err := session.New(ctx, cli, session.WithTTL(conn.ttl))
+	client, err := open(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer func() {
+		// Revokes the session's lease: a term still held ends at once.
 		cctx, cancel := cleanup.Context(context.Background())
 		defer cancel()
-		sess.Close(cctx)
+		client.Close(cctx)
 	}()
-	el, err := election.New(sess, pos[0], election.WithPrefix(conn.electionPrefix()))
+	el, err := client.Election(pos[0])
 	if err != nil {
 		return usageError("%v", err)
 	}

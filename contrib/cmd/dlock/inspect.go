@@ -10,8 +10,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/queue"
+	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -27,7 +28,12 @@ TTL LEFT is how long the lease would last if its holder's heartbeats
 stopped now. A live holder's TTL LEFT keeps being renewed.
 
 Use --election to inspect an election's candidates instead (the first is
-the leader; its token's Seq is the epoch).`
+the leader; its token's Seq is the epoch).
+
+It talks to etcd: --endpoints (plaintext), or a DSN in --dsn or
+$DLOCK_DSN (etcd://, or etcds:// for TLS with cacert, cert and key). It
+reads only, but connecting starts a session like run's (a lease that
+holds no key, revoked on exit), which also checks that etcd answers.`
 
 // inspectEntry is one key of the queue, as --json prints it.
 type inspectEntry struct {
@@ -54,7 +60,7 @@ type inspectResult struct {
 func runInspect(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "inspect", "[flags] NAME", inspectDescription)
 	var conn connFlags
-	conn.register(fs, false)
+	conn.register(fs, e, false)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	isElection := fs.Bool("election", false, "inspect the election NAME instead of the lock NAME")
 	pos, err := parse(fs, args, true)
@@ -68,20 +74,25 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if err := lock.ValidateName(name); err != nil {
 		return usageError("%v", err)
 	}
-	if err := conn.resolve(fs); err != nil {
-		return err
-	}
-	prefix := queue.PrefixFor(conn.lockPrefix(), name)
-	if *isElection {
-		prefix = queue.PrefixFor(conn.electionPrefix(), name)
-	}
-	cli, err := conn.connect(ctx)
+	cfg, err := conn.config(fs)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	client, err := open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := cleanup.Context(context.Background())
+		defer cancel()
+		client.Close(cctx)
+	}()
+	prefix, err := queuePrefix(client, name, *isElection)
+	if err != nil {
+		return err
+	}
 
-	res, err := inspect(ctx, cli, name, prefix)
+	res, err := inspect(ctx, client.Source().Client(), name, prefix)
 	if err != nil {
 		return err
 	}
@@ -92,6 +103,28 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	}
 	printInspect(e.stdout, res, *isElection)
 	return nil
+}
+
+// queuePrefix returns the etcd key prefix of the queue of the lock (or
+// election) name, from the Client's own Mutex (Election), so that the key
+// layout lives in one place.
+func queuePrefix(client *dlock.Client, name string, isElection bool) (string, error) {
+	if isElection {
+		el, err := client.Election(name)
+		if err != nil {
+			return "", err
+		}
+		return el.Prefix(), nil
+	}
+	l, err := client.Locker(name)
+	if err != nil {
+		return "", err
+	}
+	m, ok := l.(*lock.Mutex)
+	if !ok {
+		return "", fmt.Errorf("lock %q: a %T has no etcd queue to inspect", name, l)
+	}
+	return m.Prefix(), nil
 }
 
 func inspect(ctx context.Context, cli *clientv3.Client, name, prefix string) (inspectResult, error) {

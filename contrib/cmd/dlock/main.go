@@ -37,17 +37,18 @@ var commands = []command{
 	{"bench", "measure acquire latency, handoff latency and throughput per backend", runBench},
 }
 
-// env is what a subcommand talks to: its output streams. Tests of the
-// binary see exactly what a user sees.
+// env is what a subcommand talks to: its output streams and environment.
+// Tests of the binary see exactly what a user sees.
 type env struct {
 	stdout, stderr io.Writer
+	getenv         func(key string) string
 }
 
 func main() {
 	// go-redis logs dial failures to stderr on its own; errors reach the
 	// user through report, as one line, instead.
 	goredis.SetLogger(nopLogger{})
-	os.Exit(mainExit(os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr}))
+	os.Exit(mainExit(os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
 }
 
 // nopLogger discards go-redis's log lines.
@@ -133,6 +134,7 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Run "dlock <command> --help" for a command's flags.
+$DLOCK_DSN is the default of --dsn (etcd://, etcds:// for TLS, redis://, ...).
 Start here: go run ./contrib/cmd/dlock demo
 `)
 }

@@ -61,9 +61,16 @@ type result struct {
 // runCLI runs the binary with args to completion, within cmdTimeout.
 func runCLI(t *testing.T, args ...string) result {
 	t.Helper()
+	return runCLIEnv(t, nil, args...)
+}
+
+// runCLIEnv is runCLI with env ("KEY=value") added to the environment.
+func runCLIEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), cmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = environ(env)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -76,6 +83,18 @@ func runCLI(t *testing.T, args ...string) result {
 	}
 	r.code = cmd.ProcessState.ExitCode()
 	return r
+}
+
+// environ is the test's environment without $DLOCK_DSN (so that a DSN
+// set where the tests run cannot reach the binary), plus env.
+func environ(env []string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envDSN+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, env...)
 }
 
 // proc is a running dlock whose stdout is read line by line.
@@ -91,8 +110,15 @@ type proc struct {
 // test ends or cmdTimeout passes.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, args...)
+}
+
+// startEnv is start with env ("KEY=value") added to the environment.
+func startEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), cmdTimeout)
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = environ(env)
 	p := &proc{cmd: cmd, lines: make(chan string, 100), stderr: &lockedBuffer{}, waited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()

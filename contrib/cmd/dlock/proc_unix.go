@@ -9,9 +9,13 @@ import (
 )
 
 // setGroup starts cmd in a process group of its own, so that signals reach
-// everything it starts (a shell's children too).
+// everything it starts (a shell's children too), and, where the system has
+// one, with a parent-death signal: SIGKILL when dlock dies (see
+// setDeathSignal). Start cmd with startChild, which keeps the forking
+// thread alive for as long as cmd runs.
 func setGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setDeathSignal(cmd.SysProcAttr)
 }
 
 // signalGroup sends sig to cmd's process group.

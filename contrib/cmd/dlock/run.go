@@ -7,7 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -45,6 +45,20 @@ code 3. SIGINT and SIGTERM sent to dlock are forwarded to CMD.
 CMD runs in a process group of its own (so that a lost lock stops all of
 it); it is not the terminal's foreground group.
 
+If dlock itself dies without a chance to stop CMD (SIGKILL, the OOM
+killer), then on Linux and FreeBSD the kernel sends CMD SIGKILL at once
+(a parent-death signal). It reaches CMD only, not the processes CMD
+started: to cover those, exec the real command (sh -c 'exec job') or
+have CMD stop its own children. macOS, the other BSDs and Windows have no
+such signal: there CMD keeps running, orphaned. Either way the lock is released
+without dlock, when no heartbeat (etcd) or renewal (Redis, Redlock) has
+come for a TTL: a CMD still running by then runs unlocked, and only a
+resource that checks $DLOCK_TOKEN stops its writes.
+
+The DSN may also come from $DLOCK_DSN; --dsn or --endpoints, when given,
+win. TLS to etcd or Redis goes through the DSN: etcds://, rediss://,
+redlocks:// with cacert, cert and key files (mutual TLS) and server_name.
+
 Exit codes:
   CMD's code  CMD exited while holding the lock (128+N if killed by signal N)
   1           error: backend unreachable, lock not acquired within --timeout…
@@ -68,7 +82,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 		timeout = fs.Duration("timeout", 0, "give up if the lock is not acquired within this long (0: wait forever)")
 		grace   = fs.Duration("grace", defaultGrace, "after the lock is lost, wait this long between SIGTERM and SIGKILL")
 	)
-	conn.register(fs, true)
+	conn.register(fs, e, true)
 	// Signals are watched from the start, so none is missed and none kills
 	// dlock before it can release the lock.
 	sigc := make(chan os.Signal, 4)
@@ -121,12 +135,8 @@ func runRun(_ context.Context, e *env, args []string) error {
 		<-watching
 		return sig
 	}
-	client, err := dlock.Open(actx, cfg)
+	client, err := open(actx, cfg)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && actx.Err() == nil {
-			err = fmt.Errorf("%s at %s: no answer within %v (is it running? see --dsn, --endpoints, --dial-timeout)",
-				cfg.Backend, strings.Join(cfg.Endpoints, ","), cfg.DialTimeout)
-		}
 		return interrupted(signalled(), err)
 	}
 	defer func() {
@@ -178,11 +188,10 @@ func runHolding(e *env, held lock.Held, name string, argv []string, grace time.D
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
 	cmd.Env = append(os.Environ(), "DLOCK_LOCK="+name, "DLOCK_TOKEN="+held.Token().String())
 	setGroup(cmd)
-	if err := cmd.Start(); err != nil {
+	exited, err := startChild(cmd)
+	if err != nil {
 		return exitWith(exitNoCommand, "%v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 
 	var (
 		wasLost bool
@@ -216,6 +225,32 @@ func runHolding(e *env, held lock.Held, name string, argv []string, grace time.D
 			signalGroup(cmd, syscall.SIGKILL)
 		}
 	}
+}
+
+// startChild starts cmd and reaps it on a goroutine locked to its OS
+// thread, and returns a channel that receives Wait's result.
+//
+// On Linux the parent-death signal that setGroup asks for fires when the
+// thread that forked the child exits, not the process; and a thread can
+// exit while the process lives (Go ends the thread of a goroutine that
+// exits locked to it, and an unlocked goroutine could fork on such a
+// thread). So the goroutine that forks stays on its thread until Wait has
+// reaped the child, and never unlocks: the thread then ends with it.
+func startChild(cmd *exec.Cmd) (<-chan error, error) {
+	started, exited := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // for good: see above
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
 }
 
 // release unlocks held with a bounded context detached from any signal.
