@@ -224,7 +224,7 @@ func waitPingAny(ctx context.Context, addrs []string) (int, error) {
 	for {
 		for i, a := range addrs {
 			actx, cancel := context.WithTimeout(ctx, pingAttempt)
-			lastErr = ping(actx, a)
+			lastErr = ping(actx, a, nil)
 			cancel()
 			if lastErr == nil {
 				return i, nil

@@ -1,5 +1,8 @@
 // Package redistest starts real Redis servers for tests: one with [Start],
-// several independent masters (for Redlock) with [StartN].
+// several independent masters (for Redlock) with [StartN], a Sentinel
+// setup (a master, a replica and three sentinels) with [StartSentinel],
+// and a Redis Cluster of masters with [StartCluster]; [WithTLS] makes any
+// of them speak TLS only.
 //
 // A server is a redis-server process on a free loopback port when the
 // binary is on PATH (the default), else a container of [Image]
@@ -15,12 +18,29 @@
 // --maxmemory-policy noeviction (a lock key must never be evicted), and is
 // killed (or its container removed) by t.Cleanup, so nothing outlives the
 // test. [Server.Kill], [Server.Stop] and [Server.Restart] let fault tests
-// take a node down and bring it back empty on the same address; for a
-// container they are docker kill, docker stop and docker start of the same
-// container, which keeps its published port.
+// take a node down and bring it back empty on the same address;
+// [Server.Pause] and [Server.Resume] stop and continue it (SIGSTOP,
+// SIGCONT) with its connections and data, a node that stalls rather than
+// dies. For a container they are docker kill, stop, start, pause and
+// unpause of the same container, which keeps its published port. A
+// [Proxy] between two endpoints can blackhole their traffic; the Sentinel
+// setup's replica replicates through one ([Sentinel].Link), so a test can
+// cut replication before a failover ([Sentinel.Failover]).
+//
+// [Server.Client] returns a client that honours ctx deadlines
+// (ContextTimeoutEnabled), [Server.DefaultClient] one with go-redis'
+// defaults, as applications usually build it.
 //
 // # Caveats
 //
+//   - The Sentinel setup, the Cluster and WithTLS need the process mode
+//     (redis-server on PATH): their servers address each other on
+//     loopback. Without the binary the test skips, or fails under
+//     DLOCK_REQUIRE.
+//   - Readiness is polled (every 20ms, bounded): Redis announces that a
+//     replica is in sync, that sentinels found each other (their hello
+//     messages go out every 2s, so a Sentinel setup takes a few seconds)
+//     or that a cluster agrees on its slots only when asked.
 //   - Ports are found by binding port 0 and closing the listener, so another
 //     process may grab the port before the server (or Docker) binds it;
 //     Start retries a few times with a fresh port, Restart of a process

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/integration/tlstest"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Defaults, in one place.
@@ -38,6 +45,8 @@ type Option func(*config)
 type config struct {
 	args      []string
 	container bool
+	tls       *tlstest.Certs
+	conf      string // sentinel mode: the config file, written before the start
 }
 
 // WithContainer runs the server in a container of [Image] even when the
@@ -55,6 +64,16 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
+// WithTLS makes the server speak TLS only, with the certificates of certs:
+// its port is a TLS port (tls-port; the plaintext port is off), clients
+// may present a certificate signed by certs' CA (tls-auth-clients
+// optional), and Client, Config and the start's PING use TLS. It needs the
+// process mode: without redis-server on PATH the test skips (or fails,
+// under DLOCK_REQUIRE). Optional, defaults to plaintext.
+func WithTLS(certs *tlstest.Certs) Option {
+	return func(c *config) { c.tls = certs }
+}
+
 // Server is one redis-server, a process on a loopback port or a container
 // with its port published on the Docker host. Its methods are safe for
 // concurrent use. The process is killed, or the container removed, when the
@@ -65,7 +84,9 @@ type Server struct {
 	port int
 	dir  string
 	args []string
-	ctr  *ctr // nil in the process mode
+	tls  *tlstest.Certs // nil: plaintext
+	conf string         // sentinel mode: the config file
+	ctr  *ctr           // nil in the process mode
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -85,13 +106,23 @@ func Start(t testing.TB, opts ...Option) *Server {
 		o(&c)
 	}
 	if c.container {
+		if c.tls != nil {
+			t.Fatalf("redistest: WithTLS and WithContainer do not go together")
+		}
 		return startContainer(t, c, "container mode requested")
 	}
 	path, err := exec.LookPath(Binary)
 	if err != nil {
+		if c.tls != nil || c.conf != "" {
+			testenv.Missing(t, "redis", fmt.Sprintf("%s not found on PATH (TLS and Sentinel need the process mode): %v", Binary, err))
+			return nil
+		}
 		return startContainer(t, c, fmt.Sprintf("%s not found on PATH: %v", Binary, err))
 	}
-	s := &Server{t: t, host: "127.0.0.1", dir: t.TempDir(), args: c.args}
+	s := &Server{t: t, host: "127.0.0.1", dir: t.TempDir(), args: c.args, tls: c.tls}
+	if c.conf != "" {
+		s.conf = filepath.Join(s.dir, "sentinel.conf")
+	}
 	t.Cleanup(s.Kill)
 	var lastErr error
 	for range portAttempts {
@@ -100,6 +131,12 @@ func Start(t testing.TB, opts ...Option) *Server {
 			t.Fatalf("redistest: find a free port: %v", err)
 		}
 		s.port = port
+		if s.conf != "" {
+			// Sentinel rewrites its config file: write it afresh per try.
+			if err := os.WriteFile(s.conf, []byte(c.conf), 0o600); err != nil {
+				t.Fatalf("redistest: write %s: %v", s.conf, err)
+			}
+		}
 		if lastErr = s.start(path); lastErr == nil {
 			return s
 		}
@@ -158,18 +195,40 @@ func (s *Server) ContainerID() string {
 	return s.ctr.c.GetContainerID()
 }
 
-// Client returns a new client for the server, closed when t ends.
+// Client returns a new client for the server, closed when t ends. It
+// honours ctx deadlines (ContextTimeoutEnabled), so a test's deadline
+// bounds every command; DefaultClient returns one with go-redis' defaults.
 func (s *Server) Client(t testing.TB) goredis.UniversalClient {
 	t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, TLSConfig: s.TLSConfig()})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// DefaultClient returns a new client for the server with go-redis' default
+// options, as most applications build it: ContextTimeoutEnabled is false,
+// so go-redis ignores ctx deadlines on reads and writes and waits for its
+// ReadTimeout (5s) instead. It is closed when t ends.
+func (s *Server) DefaultClient(t testing.TB) goredis.UniversalClient {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig()})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TLSConfig returns the client TLS configuration for a WithTLS server (it
+// trusts the CA and presents the client certificate), or nil.
+func (s *Server) TLSConfig() *tls.Config {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.ClientConfig()
 }
 
 // Config sets a server parameter with CONFIG SET, failing the test on error.
 func (s *Server) Config(key, value string) {
 	s.t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, TLSConfig: s.TLSConfig()})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
@@ -203,6 +262,50 @@ func (s *Server) Stop() {
 		return
 	}
 	s.signalAndWait(syscall.SIGTERM, stopTimeout)
+}
+
+// Pause stops the server process with SIGSTOP (docker pause for a
+// container): it keeps its connections, its data and its place, and
+// answers nothing (the kernel still accepts connections and buffers what
+// clients send) until Resume, like a stalled VM or a long GC pause. Kill
+// (and the end of the test) ends a paused server too.
+func (s *Server) Pause() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctr != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+		defer cancel()
+		if _, err := s.ctr.cli.ContainerPause(ctx, s.ctr.c.GetContainerID(), client.ContainerPauseOptions{}); err != nil {
+			s.t.Fatalf("redistest: pause container: %v", err)
+		}
+		return
+	}
+	if s.cmd == nil {
+		s.t.Fatalf("redistest: pause: the server is not running")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("redistest: pause: SIGSTOP: %v", err)
+	}
+}
+
+// Resume continues a server stopped by Pause (SIGCONT; docker unpause for
+// a container). It is a no-op on a running server.
+func (s *Server) Resume() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctr != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+		defer cancel()
+		if _, err := s.ctr.cli.ContainerUnpause(ctx, s.ctr.c.GetContainerID(), client.ContainerUnpauseOptions{}); err != nil && !strings.Contains(err.Error(), "not paused") {
+			s.t.Errorf("redistest: resume container: %v", err)
+		}
+		return
+	}
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
 
 // Restart kills the server if it is running and starts it again, empty, on
@@ -262,8 +365,23 @@ func (s *Server) Running() bool {
 func (s *Server) start(path string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	args := []string{
-		"--port", strconv.Itoa(s.port),
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf, "--sentinel")
+	}
+	if s.tls != nil {
+		args = append(args,
+			"--port", "0",
+			"--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", s.tls.ServerCert,
+			"--tls-key-file", s.tls.ServerKey,
+			"--tls-ca-cert-file", s.tls.CA,
+			"--tls-auth-clients", "optional",
+		)
+	} else {
+		args = append(args, "--port", strconv.Itoa(s.port))
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
@@ -271,7 +389,7 @@ func (s *Server) start(path string) error {
 		"--dir", s.dir,
 		"--daemonize", "no",
 		"--loglevel", "warning",
-	}
+	)
 	args = append(args, s.args...)
 	cmd := exec.Command(path, args...)
 	out := &syncBuffer{}
@@ -289,7 +407,7 @@ func (s *Server) start(path string) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
-	if err := waitPing(ctx, s.addr(), exited); err != nil {
+	if err := waitPing(ctx, s.addr(), s.TLSConfig(), exited); err != nil {
 		s.signalAndWait(syscall.SIGKILL, 0)
 		return fmt.Errorf("%w; output: %s", err, strings.TrimSpace(out.String()))
 	}
@@ -323,12 +441,12 @@ func (s *Server) signalAndWait(sig syscall.Signal, grace time.Duration) {
 
 // waitPing dials addr until it answers PING with PONG, the process exits,
 // or ctx ends.
-func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
+func waitPing(ctx context.Context, addr string, tc *tls.Config, exited <-chan struct{}) error {
 	retry := time.NewTicker(10 * time.Millisecond)
 	defer retry.Stop()
 	var lastErr error
 	for {
-		if lastErr = ping(ctx, addr); lastErr == nil {
+		if lastErr = ping(ctx, addr, tc); lastErr == nil {
 			return nil
 		}
 		select {
@@ -341,9 +459,17 @@ func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
 	}
 }
 
-func ping(ctx context.Context, addr string) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+// ping sends PING to addr, over TLS if tc is not nil.
+func ping(ctx context.Context, addr string, tc *tls.Config) error {
+	var conn net.Conn
+	var err error
+	if tc != nil {
+		d := tls.Dialer{Config: tc}
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return err
 	}
