@@ -2,8 +2,10 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -12,37 +14,51 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 )
 
-// attempter makes one acquire attempt. On contention it returns an error
-// matching ErrLocked and, if known, how long the current grant has left.
+// attempter is what the Lock loop needs from a backend.
 type attempter interface {
-	attempt(ctx context.Context) (g *Grant, retryIn time.Duration, err error)
+	// attempt makes one acquire attempt, as the waiter wid ("" for none:
+	// the first attempt of a Lock, and TryLock). On contention it returns
+	// an error matching ErrLocked and, if known, how long the current
+	// grant has left.
+	attempt(ctx context.Context, wid string) (g *Grant, retryIn time.Duration, err error)
+	// subscribe starts listening for the releases that concern waiter wid.
+	subscribe(ctx context.Context, wid string) *waker
+	// leave unregisters waiter wid, in the background, when its Lock gives up.
+	leave(ctx context.Context, wid string)
 }
 
 // acquire is the Lock loop shared by Mutex and Redlock: attempt; on failure
-// subscribe to the release channel on every client, attempt again (so a
-// release between the first attempt and the subscription is not missed),
-// then wait for a release notification, the jittered backoff (capped by the
+// subscribe to the release channel (on every node of a Redlock), attempt
+// again (so a release between the first attempt and the subscription is not
+// missed), then wait for a wake-up, the jittered backoff (capped by the
 // holder's remaining validity), or ctx, and attempt again.
-func acquire(ctx context.Context, a attempter, name string, o *options, clients []goredis.UniversalClient, channel string) (*Grant, error) {
+func acquire(ctx context.Context, a attempter, name string, o *options) (*Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errs.New("redis", name, "lock", err)
 	}
-	g, retryIn, err := a.attempt(ctx)
+	g, retryIn, err := a.attempt(ctx, "")
 	if g != nil {
 		return g, nil
 	}
+	wid := newWaiterID()
 	var w *waker
 	defer func() {
 		if w != nil {
 			w.close()
 		}
 	}()
+	giveUp := func(cerr error) (*Grant, error) {
+		if w != nil {
+			a.leave(ctx, wid)
+		}
+		return nil, errs.New("redis", name, "lock", fmt.Errorf("%w (last attempt: %v)", cerr, err))
+	}
 	for n := 0; ; n++ {
 		if cerr := ctx.Err(); cerr != nil {
-			return nil, errs.New("redis", name, "lock", fmt.Errorf("%w (last attempt: %v)", cerr, err))
+			return giveUp(cerr)
 		}
 		if w == nil {
-			w = subscribe(ctx, clients, channel, o.nodeTimeout)
+			w = a.subscribe(ctx, wid)
 		} else {
 			d := backoff(n, o.retryMin, o.retryMax)
 			if retryIn > 0 && retryIn+time.Millisecond < d {
@@ -52,13 +68,13 @@ func acquire(ctx context.Context, a attempter, name string, o *options, clients 
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, errs.New("redis", name, "lock", fmt.Errorf("%w (last attempt: %v)", ctx.Err(), err))
+				return giveUp(ctx.Err())
 			case <-w.c:
 			case <-t.C:
 			}
 			t.Stop()
 		}
-		g, retryIn, err = a.attempt(ctx)
+		g, retryIn, err = a.attempt(ctx, wid)
 		if g != nil {
 			return g, nil
 		}
@@ -76,44 +92,72 @@ func backoff(n int, min, max time.Duration) time.Duration {
 		d = max
 	}
 	half := d / 2
-	return half + rand.N(d-half+1)
+	return half + mrand.N(d-half+1)
 }
 
-// waker delivers release notifications from one or more servers.
+// newWaiterID returns a fresh ID for one waiting Lock: 64 random bits.
+func newWaiterID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// waker delivers wake-ups from one or more servers.
 type waker struct {
-	c    chan struct{} // receives a value (coalesced) per notification
-	subs []*goredis.PubSub
-	wg   sync.WaitGroup
+	c chan struct{} // receives a value (coalesced) per notification
+
+	mu        sync.Mutex
+	closed    bool
+	subs      []*goredis.PubSub
+	listening sync.WaitGroup
 }
 
-// subscribe subscribes to channel on every client in parallel and waits for
-// each confirmation (bounded by timeout), so that a release published after
-// subscribe returns is seen. Clients that fail are left out: their waiters
-// fall back to polling.
-func subscribe(ctx context.Context, clients []goredis.UniversalClient, channel string, timeout time.Duration) *waker {
+// subscribe subscribes to channel on every client, each in a task of ts,
+// and waits until need of them confirmed, every client answered, timeout
+// passed or ctx ended, so that a release published after subscribe returns
+// reaches a confirmed subscription (for Redlock, need is a majority: it
+// meets every majority a release deletes from). A client that confirms
+// later joins then; one that fails is left out, and its waiter falls back
+// to polling. A subscription on a stalled node is a straggler of ts.
+func subscribe(ctx context.Context, ts *tasks, clients []goredis.UniversalClient, channel string, need int, timeout time.Duration) *waker {
 	w := &waker{c: make(chan struct{}, 1)}
-	subs := make([]*goredis.PubSub, len(clients))
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Go(func() {
+	answers := make(chan bool, len(clients))
+	for _, c := range clients {
+		ts.goTask(func() {
 			sctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
 			ps := c.Subscribe(sctx, channel)
 			msg, err := ps.Receive(sctx)
-			if _, ok := msg.(*goredis.Subscription); err != nil || !ok {
+			cancel()
+			_, ok := msg.(*goredis.Subscription)
+			ok = ok && err == nil
+			w.mu.Lock()
+			if !ok || w.closed {
+				w.mu.Unlock()
 				_ = ps.Close()
+				answers <- false
 				return
 			}
-			subs[i] = ps
+			w.subs = append(w.subs, ps)
+			w.listening.Add(1)
+			w.mu.Unlock()
+			answers <- true
+			defer w.listening.Done()
+			w.listen(ps)
 		})
 	}
-	wg.Wait()
-	for _, ps := range subs {
-		if ps == nil {
-			continue
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for confirmed, answered := 0, 0; confirmed < need && answered < len(clients); answered++ {
+		select {
+		case ok := <-answers:
+			if ok {
+				confirmed++
+			}
+		case <-timer.C:
+			return w
+		case <-ctx.Done():
+			return w
 		}
-		w.subs = append(w.subs, ps)
-		w.wg.Go(func() { w.listen(ps) })
 	}
 	return w
 }
@@ -138,10 +182,15 @@ func (w *waker) listen(ps *goredis.PubSub) {
 	}
 }
 
-// close unsubscribes and waits for the listeners to exit.
+// close unsubscribes and waits for the listeners to exit. A subscription
+// still under way (a stalled node) closes itself when it completes.
 func (w *waker) close() {
-	for _, ps := range w.subs {
+	w.mu.Lock()
+	w.closed = true
+	subs := w.subs
+	w.mu.Unlock()
+	for _, ps := range subs {
 		_ = ps.Close()
 	}
-	w.wg.Wait()
+	w.listening.Wait()
 }

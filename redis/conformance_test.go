@@ -34,12 +34,18 @@ func deleteKey(t *testing.T, clients []goredis.UniversalClient, h lock.Held) {
 
 func mutexBackend(t *testing.T, opts ...redis.Option) locktest.Backend {
 	s := redistest.Start(t)
-	admin := s.Client(t)
+	return clientBackend(t, s.Client(t), s.Client, opts...)
+}
+
+// clientBackend runs the Mutex on clients made by newClient (one per
+// Locker); admin deletes keys behind the holders' backs.
+func clientBackend(t *testing.T, admin goredis.UniversalClient, newClient func(testing.TB) goredis.UniversalClient, opts ...redis.Option) locktest.Backend {
 	opts = append([]redis.Option{redis.WithTTL(testTTL)}, opts...)
 	return locktest.Backend{
 		New: func(t *testing.T, name string) lock.Locker {
-			m, err := redis.New(s.Client(t), name, opts...)
+			m, err := redis.New(newClient(t), name, opts...)
 			require.NoError(t, err)
+			drainAtEnd(t, m)
 			return m
 		},
 		Lose: func(t *testing.T, h lock.Held) {
@@ -71,13 +77,39 @@ func TestConformanceMutexAutoExtend(t *testing.T) {
 	locktest.Run(t, mutexBackend(t, redis.WithAutoExtend(0)))
 }
 
+// TestConformanceMutexDefaultClient: clients built with go-redis' default
+// options (ContextTimeoutEnabled false), as most applications build them.
+func TestConformanceMutexDefaultClient(t *testing.T) {
+	s := redistest.Start(t)
+	locktest.Run(t, clientBackend(t, s.Client(t), s.DefaultClient))
+}
+
+// TestConformanceMutexSentinel: the Mutex on a goredis.NewFailoverClient,
+// which finds the master through three sentinels.
+func TestConformanceMutexSentinel(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	locktest.Run(t, clientBackend(t, st.Client(t), st.Client))
+}
+
+// TestConformanceMutexCluster: the Mutex on a goredis.NewClusterClient over
+// a 3-master cluster; the hash tag keeps a lock's keys in one slot.
+func TestConformanceMutexCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	locktest.Run(t, clientBackend(t, cl.Client(t), cl.Client))
+}
+
 func redlockBackend(t *testing.T, servers []*redistest.Server, opts ...redis.Option) locktest.Backend {
+	return redlockClientsBackend(t, servers, func(t *testing.T) []goredis.UniversalClient { return redistest.Clients(t, servers) }, opts...)
+}
+
+func redlockClientsBackend(t *testing.T, servers []*redistest.Server, newClients func(t *testing.T) []goredis.UniversalClient, opts ...redis.Option) locktest.Backend {
 	admin := redistest.Clients(t, servers)
 	opts = append([]redis.Option{redis.WithTTL(testTTL)}, opts...)
 	return locktest.Backend{
 		New: func(t *testing.T, name string) lock.Locker {
-			r, err := redis.NewRedlock(redistest.Clients(t, servers), name, opts...)
+			r, err := redis.NewRedlock(newClients(t), name, opts...)
 			require.NoError(t, err)
+			drainAtEnd(t, r)
 			return r
 		},
 		Lose: func(t *testing.T, h lock.Held) { deleteKey(t, admin, h) },
@@ -110,6 +142,13 @@ func redlockBackend(t *testing.T, servers []*redistest.Server, opts ...redis.Opt
 
 func TestConformanceRedlock(t *testing.T) {
 	locktest.Run(t, redlockBackend(t, redistest.StartN(t, 5)))
+}
+
+// TestConformanceRedlockDefaultClients: nodes reached through clients with
+// go-redis' default options (ContextTimeoutEnabled false).
+func TestConformanceRedlockDefaultClients(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	locktest.Run(t, redlockClientsBackend(t, servers, func(t *testing.T) []goredis.UniversalClient { return defaultClients(t, servers) }))
 }
 
 // TestConformanceRedlockTwoDown runs the whole suite with 2 of 5 nodes

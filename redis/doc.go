@@ -35,14 +35,58 @@
 // pause. Only a fencing token checked by the resource makes that harmless,
 // and only a Mutex has one.
 //
+// # Clients
+//
+// Both accept any goredis.UniversalClient: a plain client, a Sentinel
+// failover client (goredis.NewFailoverClient), a Cluster client
+// (goredis.NewClusterClient). A lock's keys share the hash tag {name}, so
+// they live in one Cluster slot and one script can touch them all.
+//
+// Clients built with go-redis' default options work too. With
+// ContextTimeoutEnabled false, go-redis ignores ctx deadlines on reads and
+// waits for its ReadTimeout (5s by default) on a node that stalled (a
+// paused process or VM, not a dead one); even with it, a cancellation
+// without a deadline does not interrupt a read. So no call waits on a
+// stalled node for long past its ctx, nor a Redlock call past the node
+// timeout (WithNodeTimeout):
+//
+//   - a Mutex runs each command in a goroutine of its own when ctx can
+//     end; once ctx ended, the caller waits at most the node timeout more
+//     for the answer (a responsive node gives it, and the caller cleans up
+//     at once if it granted), and as long for that cleanup;
+//   - a Redlock sends each request to all nodes at once and decides as
+//     soon as the answers so far settle the outcome (a majority granted,
+//     or cannot), the node timeout passed, or ctx ended.
+//
+// # Stragglers
+//
+// A request that its caller stopped waiting for goes on in the background
+// until its node answers: a straggler. A straggler whose SET may have
+// landed after its acquire failed (or its caller gave up), or after its
+// grant was released, deletes it again with a compare-and-delete when it
+// completes, so a stalled node that resumes keeps no stray key. A
+// straggler lasts until its node answers or go-redis gives up: for a
+// client that honours ctx deadlines, at the node timeout (Redlock) or the
+// caller's deadline (Mutex); otherwise at the client's ReadTimeout (after
+// its WriteTimeout and, on a fresh connection, its DialTimeout); its
+// compare-and-delete is bounded the same way, and by 5s. Each Mutex and
+// Redlock tracks its stragglers: Drain waits for them, and a test (or a
+// program about to close its clients) should call it first. If the node
+// stays stalled past those timeouts, the command may still run when it
+// resumes, after the compare-and-delete: the key then lives until its TTL,
+// as after a crash.
+//
 // # Caveats
 //
 //   - Redis replication is asynchronous. A failover (Sentinel, Cluster) can
-//     promote a replica that never saw a grant, and grant the lock again;
-//     it can also roll the token counter back, so tokens from before and
-//     after a failover are not comparable. A restart without persistence
-//     does the same. WithReplicas (WAIT) narrows that window; it does not
-//     close it. Capabilities().SurvivesFailover is false for a Mutex.
+//     promote a replica that never saw a grant, and grant the lock again
+//     while the first grant is still valid; and since the token counter's
+//     last INCRs were lost with it, the new grant can carry the very token
+//     of the old one (the package's tests show both on a Sentinel
+//     failover). Tokens from before and after a failover are not
+//     comparable. A restart without persistence does the same. WithReplicas
+//     (WAIT) narrows that window; it does not close it.
+//     Capabilities().SurvivesFailover is false for a Mutex.
 //   - Redlock assumes bounded clock drift between the client and the nodes
 //     (WithDriftFactor), bounded pauses and network delays, and truly
 //     independent masters (no replicas, not one machine). A node that
@@ -60,10 +104,7 @@
 //     trip and an expiry costs at most one poll.
 //   - Lock retries all errors (a node down, a timeout) until its ctx ends;
 //     bound it with a deadline. TryLock reports them at once.
-//   - With Redlock, go-redis' own retries on a dead node count against the
-//     per-node timeout (WithNodeTimeout); a lower MaxRetries on the clients
-//     makes a dead node cheaper. NewRedlock refuses a *goredis.Client whose
-//     Options.ContextTimeoutEnabled is false: go-redis would then ignore
-//     the per-node deadline on a stalled (paused, not dead) node and wait
-//     for its ReadTimeout, eating the grant's validity.
+//   - With Redlock, a node that has not answered within the node timeout
+//     (WithNodeTimeout) counts as failed for that call; go-redis' own
+//     retries on a dead node count against it.
 package redis

@@ -21,7 +21,9 @@ type grantOps interface {
 	extend(ctx context.Context, value string) (time.Time, error)
 	// release deletes the grant. It returns an error matching ErrLockLost if
 	// the grant was no longer there, any other if the outcome is unknown.
-	release(ctx context.Context, value string) error
+	// If it returned before the server answered (ctx ended), it may pass
+	// the answer to late when it arrives, in another goroutine.
+	release(ctx context.Context, value string, late func(error)) error
 }
 
 type grantState int
@@ -163,9 +165,11 @@ func (g *Grant) Extend(ctx context.Context) error {
 // later grant's key, and wakes the waiters. Done closes at once. It returns
 // nil if the grant was still held, an error matching ErrLockLost if it had
 // ended first (its deadline passed, or its key was gone), and another error
-// if the outcome is unknown (the server did not answer), in which case
-// calling Unlock again retries. After a nil return, Unlock returns nil
-// again. Unlock waits for the grant's watchdog, if any, to exit.
+// if the outcome is unknown (the server did not answer before ctx ended),
+// in which case calling Unlock again retries; a release that completes
+// later in the background settles the outcome for the next call. After a
+// nil return, Unlock returns nil again. Unlock waits for the grant's
+// watchdog, if any, to exit.
 func (g *Grant) Unlock(ctx context.Context) error {
 	g.unlockMu.Lock()
 	defer g.unlockMu.Unlock()
@@ -175,7 +179,6 @@ func (g *Grant) Unlock(ctx context.Context) error {
 		defer g.mu.Unlock()
 		return g.result
 	}
-	wasLost := g.state == stateEnded && g.err != lock.ErrUnlocked
 	if g.state == stateHeld {
 		g.endLocked(lock.ErrUnlocked)
 	}
@@ -187,10 +190,26 @@ func (g *Grant) Unlock(ctx context.Context) error {
 	// Release even a lost grant: its key may still be on the server (the
 	// local deadline runs out before the server's), and deleting it lets the
 	// next holder in sooner. The compare-and-delete keeps this safe.
-	rerr := g.ops.release(ctx, g.value)
+	rerr := g.ops.release(ctx, g.value, func(err error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.settleLocked(err)
+	})
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.settleLocked(rerr)
+}
+
+// settleLocked records the outcome rerr of a release and returns what
+// Unlock returns for it. A definite outcome (deleted, or not there) is
+// final: Unlock returns the same from then on. g.mu must be held, and the
+// grant must have ended.
+func (g *Grant) settleLocked(rerr error) error {
+	if g.released {
+		return g.result
+	}
+	wasLost := g.err != lock.ErrUnlocked
 	switch {
 	case rerr == nil || errors.Is(rerr, ErrLockLost):
 		g.released = true

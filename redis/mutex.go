@@ -22,6 +22,12 @@ import (
 // token stays monotonic only as long as the node's data lives; see the
 // package documentation.
 //
+// On a Sentinel failover client or a Cluster client, a failover breaks
+// both: replication is asynchronous, so the promoted replica may not have
+// seen the current grant and grants the lock again while it is still
+// valid (two holders), and may hand out the same token again (its counter
+// missed the last INCRs). Capabilities().SurvivesFailover is false.
+//
 // A Mutex is a handle, safe for concurrent use: several goroutines may lock
 // through it, each getting its own grant. The zero value is not usable; call
 // New.
@@ -30,6 +36,7 @@ type Mutex struct {
 	name   string
 	keys   keys
 	o      options
+	tasks  tasks // stragglers: see Drain
 }
 
 var _ lock.Locker = (*Mutex)(nil)
@@ -74,12 +81,15 @@ func (m *Mutex) Capabilities() lock.Capabilities {
 
 // Lock waits until the lock is granted or ctx ends. A waiter is woken by the
 // holder's release notification and otherwise polls with jittered backoff,
-// never later than the holder's TTL; waiters are not served in order. On ctx
-// end it returns an error matching ctx.Err() and leaves no key behind.
-// Errors other than contention (a node down) are retried until ctx ends;
-// the last one is quoted in the returned error. The lock.Held is a *Grant.
+// never later than the holder's TTL; waiters are not served in order. When
+// ctx ends it returns promptly (within the node timeout), even while a
+// command is outstanding on a stalled node, with an error matching
+// ctx.Err(), and leaves no key behind: a command that may still land is
+// followed by a compare-and-delete when it completes (see Drain). Errors
+// other than contention (a node down) are retried until ctx ends; the last
+// one is quoted in the returned error. The lock.Held is a *Grant.
 func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
-	g, err := acquire(ctx, m, m.name, &m.o, []goredis.UniversalClient{m.client}, m.keys.channel)
+	g, err := acquire(ctx, m, m.name, &m.o)
 	if err != nil {
 		return nil, err
 	}
@@ -87,13 +97,14 @@ func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
 }
 
 // TryLock makes one attempt: it returns an error matching ErrLocked (and
-// lock.ErrLocked) at once if another grant holds the lock. The lock.Held is
-// a *Grant.
+// lock.ErrLocked) at once if another grant holds the lock. Like Lock, it
+// returns when ctx ends (within the node timeout) even if the node has not
+// answered. The lock.Held is a *Grant.
 func (m *Mutex) TryLock(ctx context.Context) (lock.Held, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errs.New("redis", m.name, "try lock", err)
 	}
-	g, _, err := m.attempt(ctx)
+	g, _, err := m.attempt(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +114,7 @@ func (m *Mutex) TryLock(ctx context.Context) (lock.Held, error) {
 // Owner returns the owner stored (WithOwner) by the current holder, and
 // whether the lock is held at all.
 func (m *Mutex) Owner(ctx context.Context) (owner string, held bool, err error) {
-	v, err := m.client.Get(ctx, m.keys.lock).Result()
+	v, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, func() (string, error) { return m.client.Get(ctx, m.keys.lock).Result() }, nil)
 	if errors.Is(err, goredis.Nil) {
 		return "", false, nil
 	}
@@ -113,36 +124,79 @@ func (m *Mutex) Owner(ctx context.Context) (owner string, held bool, err error) 
 	return ownerOf(v), true, nil
 }
 
-func (m *Mutex) attempt(ctx context.Context) (*Grant, time.Duration, error) {
-	value := newValue(m.o.owner)
-	start := time.Now()
-	granted, n, err := m.grant(ctx, value)
-	if err != nil {
-		// The script may have run although we saw no reply (a cancel, a
-		// timeout): delete what may be ours.
-		cctx, cancel := cleanup.Context(ctx)
-		_ = m.releaseOn(cctx, m.client, value)
-		cancel()
-		return nil, 0, errs.New("redis", m.name, "lock", err)
-	}
-	if !granted {
-		return nil, time.Duration(n) * time.Millisecond, errs.New("redis", m.name, "lock", ErrLocked)
-	}
-	if !time.Now().Before(start.Add(m.o.ttl - m.o.driftAllowance())) {
-		cctx, cancel := cleanup.Context(ctx)
-		_ = m.releaseOn(cctx, m.client, value)
-		cancel()
-		return nil, 0, errs.New("redis", m.name, "lock", fmt.Errorf("no validity left after the acquire round trip (ttl %v)", m.o.ttl))
-	}
-	return newGrant(m.name, uint64(n), value, m, &m.o, start), 0, nil
+// Drain waits until the background work of earlier calls on m has ended,
+// or ctx ends (then it returns ctx's error). That work is the stragglers:
+// commands whose caller's ctx ended before the node answered, and the
+// compare-and-delete that follows one that may have granted. Each ends
+// when the node answers or the client's own timeouts pass (see the package
+// documentation, "Stragglers"). Call Drain before closing the client, so
+// that those cleanups can still reach the node. m stays usable during and
+// after Drain.
+func (m *Mutex) Drain(ctx context.Context) error { return m.tasks.wait(ctx) }
+
+// acquireReply is the acquire script's answer.
+type acquireReply struct {
+	granted bool
+	n       int64 // the token if granted, else the holder's remaining validity (ms)
 }
 
-// grant runs the acquire script (and WAIT, if asked). It returns whether
-// the lock was granted, and the token if so, else the holder's remaining
-// validity in milliseconds.
-func (m *Mutex) grant(ctx context.Context, value string) (bool, int64, error) {
+func (m *Mutex) attempt(ctx context.Context, wid string) (*Grant, time.Duration, error) {
+	value := newValue(m.o.owner)
+	start := time.Now()
+	r, err, ok := call(ctx, &m.tasks, m.o.nodeTimeout, func() (acquireReply, error) { return m.grant(ctx, value, wid) },
+		func(r acquireReply, err error) {
+			// The caller gave up on this attempt: undo it if it may have
+			// granted.
+			if err != nil || r.granted {
+				m.releaseDetached(ctx, value)
+			}
+		})
+	if !ok {
+		return nil, 0, errs.New("redis", m.name, "lock", err)
+	}
+	if err != nil {
+		// The script may have run although we saw no reply (a timeout):
+		// delete what may be ours.
+		m.cleanup(ctx, value)
+		return nil, 0, errs.New("redis", m.name, "lock", err)
+	}
+	if !r.granted {
+		return nil, time.Duration(r.n) * time.Millisecond, errs.New("redis", m.name, "lock", ErrLocked)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// Granted after the caller's ctx ended: give it back.
+		m.cleanup(ctx, value)
+		return nil, 0, errs.New("redis", m.name, "lock", cerr)
+	}
+	if !time.Now().Before(start.Add(m.o.ttl - m.o.driftAllowance())) {
+		m.cleanup(ctx, value)
+		return nil, 0, errs.New("redis", m.name, "lock", fmt.Errorf("no validity left after the acquire round trip (ttl %v)", m.o.ttl))
+	}
+	return newGrant(m.name, uint64(r.n), value, m, &m.o, start), 0, nil
+}
+
+// cleanup deletes the grant value if it is still there, with a detached
+// bounded context; it returns when that is done, or at most the node
+// timeout after ctx ended (the delete then finishes in the background).
+func (m *Mutex) cleanup(ctx context.Context, value string) {
+	_, _, _ = call(ctx, &m.tasks, m.o.nodeTimeout, func() (struct{}, error) {
+		m.releaseDetached(ctx, value)
+		return struct{}{}, nil
+	}, nil)
+}
+
+// releaseDetached deletes the grant value if it is still there (and wakes
+// a waiter if it was), with a detached bounded context.
+func (m *Mutex) releaseDetached(ctx context.Context, value string) {
+	cctx, cancel := cleanup.Context(ctx)
+	defer cancel()
+	_ = m.releaseOn(cctx, m.client, value)
+}
+
+// grant runs the acquire script (and WAIT, if asked) as waiter wid.
+func (m *Mutex) grant(ctx context.Context, value, wid string) (acquireReply, error) {
 	if m.o.replicas == 0 {
-		return m.runAcquire(ctx, m.client, value)
+		return m.runAcquire(ctx, m.client, value, wid)
 	}
 	// WAIT counts the writes of its own connection: run both on one.
 	var c *goredis.Client
@@ -152,40 +206,50 @@ func (m *Mutex) grant(ctx context.Context, value string) (bool, int64, error) {
 	case *goredis.ClusterClient:
 		var err error
 		if c, err = cl.MasterForKey(ctx, m.keys.lock); err != nil {
-			return false, 0, err
+			return acquireReply{}, err
 		}
 	}
 	conn := c.Conn()
 	defer conn.Close()
-	granted, n, err := m.runAcquire(ctx, conn, value)
-	if err != nil || !granted {
-		return granted, n, err
+	r, err := m.runAcquire(ctx, conn, value, wid)
+	if err != nil || !r.granted {
+		return r, err
 	}
 	acks, err := conn.Wait(ctx, m.o.replicas, m.o.replicaTimeout).Result()
 	if err != nil {
-		return false, 0, fmt.Errorf("wait for replicas: %w", err)
+		return r, fmt.Errorf("wait for replicas: %w", err)
 	}
 	if acks < int64(m.o.replicas) {
-		return false, 0, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acks, m.o.replicas, m.o.replicaTimeout)
+		return r, fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acks, m.o.replicas, m.o.replicaTimeout)
 	}
-	return true, n, nil
+	return r, nil
 }
 
-func (m *Mutex) runAcquire(ctx context.Context, c goredis.Scripter, value string) (bool, int64, error) {
+func (m *Mutex) runAcquire(ctx context.Context, c goredis.Scripter, value, _ string) (acquireReply, error) {
 	res, err := acquireScript.Run(ctx, c, []string{m.keys.lock, m.keys.seq}, value, m.o.ttl.Milliseconds(), "1").Int64Slice()
 	if err != nil {
-		return false, 0, err
+		return acquireReply{}, err
 	}
 	if len(res) != 2 {
-		return false, 0, fmt.Errorf("acquire script returned %v", res)
+		return acquireReply{}, fmt.Errorf("acquire script returned %v", res)
 	}
-	return res[0] == 1, res[1], nil
+	return acquireReply{granted: res[0] == 1, n: res[1]}, nil
 }
+
+// subscribe implements attempter: a waiter listens on the release channel.
+func (m *Mutex) subscribe(ctx context.Context, _ string) *waker {
+	return subscribe(ctx, &m.tasks, []goredis.UniversalClient{m.client}, m.keys.channel, 1, m.o.nodeTimeout)
+}
+
+// leave implements attempter: a waiter is not registered anywhere.
+func (m *Mutex) leave(context.Context, string) {}
 
 // extend implements grantOps.
 func (m *Mutex) extend(ctx context.Context, value string) (time.Time, error) {
 	start := time.Now()
-	n, err := extendScript.Run(ctx, m.client, []string{m.keys.lock}, value, m.o.ttl.Milliseconds()).Int64()
+	n, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, func() (int64, error) {
+		return extendScript.Run(ctx, m.client, []string{m.keys.lock}, value, m.o.ttl.Milliseconds()).Int64()
+	}, nil)
 	if err != nil {
 		return start, err
 	}
@@ -196,8 +260,11 @@ func (m *Mutex) extend(ctx context.Context, value string) (time.Time, error) {
 }
 
 // release implements grantOps.
-func (m *Mutex) release(ctx context.Context, value string) error {
-	return m.releaseOn(ctx, m.client, value)
+func (m *Mutex) release(ctx context.Context, value string, late func(error)) error {
+	_, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, func() (struct{}, error) {
+		return struct{}{}, m.releaseOn(ctx, m.client, value)
+	}, func(_ struct{}, err error) { late(err) })
+	return err
 }
 
 func (m *Mutex) releaseOn(ctx context.Context, c goredis.Scripter, value string) error {

@@ -25,9 +25,11 @@ const (
 	DefaultDriftFactor = 0.01
 	// MaxDriftFactor bounds WithDriftFactor (exclusive).
 	MaxDriftFactor = 0.5
-	// DefaultNodeTimeout bounds each Redlock node's reply when
-	// WithNodeTimeout is not given. It also bounds the subscription to
-	// release notifications on each node.
+	// DefaultNodeTimeout bounds how long a Redlock call waits for each
+	// node, and how long a Mutex call still waits for its node after its
+	// ctx ended, when WithNodeTimeout is not given. It also bounds how long
+	// a waiting Lock waits for its subscription to release notifications
+	// to be confirmed.
 	DefaultNodeTimeout = 200 * time.Millisecond
 	// DefaultReplicaTimeout is WAIT's timeout when WithReplicas is given a
 	// zero timeout.
@@ -94,10 +96,18 @@ func WithRetry(min, max time.Duration) Option {
 // (0.01). It must be in [0, MaxDriftFactor).
 func WithDriftFactor(f float64) Option { return func(o *options) { o.drift = f } }
 
-// WithNodeTimeout bounds each node's reply in a Redlock fan-out, so that a
-// dead node costs at most this much of the validity. Redlock only.
-// Optional, defaults to DefaultNodeTimeout (200ms). It must be positive and
-// shorter than the TTL.
+// WithNodeTimeout bounds how long a Redlock call (acquire, extend, release)
+// waits for the nodes: one that has not answered by then counts as failed
+// for the call, whatever its client's own timeouts, so that a dead or
+// stalled node costs at most this much of the validity. A call decides
+// sooner when the answers so far settle it (a majority acted, or cannot);
+// the requests it did not wait for finish in the background (see the
+// package documentation, "Stragglers"). The request's ctx carries the same
+// deadline, for clients that honour it. On a Mutex it bounds how long a
+// call still waits for its node after the caller's ctx ended (so that it
+// can learn the outcome and clean up) before it returns and leaves the
+// command to the background. Optional, defaults to DefaultNodeTimeout
+// (200ms). It must be positive, and for a Redlock shorter than the TTL.
 func WithNodeTimeout(d time.Duration) Option { return func(o *options) { o.nodeTimeout = d } }
 
 // WithAutoExtend starts a watchdog with every grant that extends it every

@@ -18,7 +18,12 @@ const MinRedlockNodes = 3
 
 // Redlock is the Redlock algorithm over N ≥ 3 independent Redis masters: a
 // grant needs SET NX PX on a majority (N/2+1), sent to all nodes in
-// parallel with a per-node timeout, and is valid for TTL − elapsed − drift.
+// parallel, and is valid for TTL − elapsed − drift. Every call (acquire,
+// extend, release) decides as soon as the answers so far settle it (a
+// majority acted, or cannot) or the node timeout passed, without waiting
+// for the other nodes: a stalled node costs nothing while a majority
+// answers, and at most the node timeout otherwise. Their requests finish
+// in the background (Drain waits for them).
 //
 // It survives the crash of a minority of nodes, under the assumptions that
 // the package documentation lists (bounded clock drift and pauses, nodes
@@ -36,6 +41,7 @@ type Redlock struct {
 	keys    keys
 	o       options
 	quorum  int
+	tasks   tasks // stragglers: see Drain
 }
 
 var _ lock.Locker = (*Redlock)(nil)
@@ -45,7 +51,9 @@ var _ lock.Locker = (*Redlock)(nil)
 // nil and no two the same client or address (errors match ErrInvalidOption
 // and name the field), a name that lock.ValidateName accepts (errors match
 // ErrInvalidName), and valid options. An even N is accepted but tolerates no
-// more failures than N−1. It does not contact the servers.
+// more failures than N−1 nodes would. Clients with go-redis' default
+// options (ContextTimeoutEnabled false) are fine. It does not contact the
+// servers.
 func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) (*Redlock, error) {
 	if len(clients) < MinRedlockNodes {
 		return nil, fmt.Errorf("%w: clients: redlock needs at least %d independent nodes, got %d", ErrInvalidOption, MinRedlockNodes, len(clients))
@@ -57,9 +65,6 @@ func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) 
 		}
 		if cl, ok := c.(*goredis.Client); ok {
 			addrs[i] = cl.Options().Addr
-			if !cl.Options().ContextTimeoutEnabled {
-				return nil, fmt.Errorf("%w: clients[%d] (%s): Options.ContextTimeoutEnabled is false, so go-redis would ignore the per-node timeout on a stalled node (up to its ReadTimeout) and eat the lock's validity; set it to true", ErrInvalidOption, i, addrs[i])
-			}
 		}
 		for j := range i {
 			if clients[j] == c {
@@ -108,7 +113,7 @@ func (r *Redlock) Capabilities() lock.Capabilities {
 // ctx end it returns an error matching ctx.Err() and leaves no key behind.
 // The lock.Held is a *Grant whose Token has Seq 0.
 func (r *Redlock) Lock(ctx context.Context) (lock.Held, error) {
-	g, err := acquire(ctx, r, r.name, &r.o, r.clients, r.keys.channel)
+	g, err := acquire(ctx, r, r.name, &r.o)
 	if err != nil {
 		return nil, err
 	}
@@ -123,12 +128,24 @@ func (r *Redlock) TryLock(ctx context.Context) (lock.Held, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errs.New("redis", r.name, "try lock", err)
 	}
-	g, _, err := r.attempt(ctx)
+	g, _, err := r.attempt(ctx, "")
 	if err != nil {
 		return nil, err
 	}
 	return g, nil
 }
+
+// Drain waits until the background work of earlier calls on r has ended,
+// or ctx ends (then it returns ctx's error). That work is the stragglers:
+// requests to nodes that had not answered when a call decided without
+// them (a quorum had answered, the node timeout passed, or the caller's
+// ctx ended), and the compare-and-delete that follows a straggler whose
+// SET may have landed after its acquire failed or its grant was released.
+// Each ends when its node answers or the client's own timeouts pass (see
+// the package documentation, "Stragglers"). Call Drain before closing the
+// clients, so that those cleanups can still reach the nodes. r stays
+// usable during and after Drain.
+func (r *Redlock) Drain(ctx context.Context) error { return r.tasks.wait(ctx) }
 
 // nodeResult is one node's reply in a fan-out.
 type nodeResult struct {
@@ -136,27 +153,93 @@ type nodeResult struct {
 	err error
 }
 
-// fanout runs fn on every node in parallel, each bounded by the node
-// timeout, and returns when all have answered or timed out.
-func (r *Redlock) fanout(ctx context.Context, fn func(ctx context.Context, c goredis.UniversalClient) (int64, error)) []nodeResult {
-	res := make([]nodeResult, len(r.clients))
-	var wg sync.WaitGroup
-	for i, c := range r.clients {
-		wg.Go(func() {
-			nctx, cancel := context.WithTimeout(ctx, r.o.nodeTimeout)
-			defer cancel()
-			res[i].n, res[i].err = fn(nctx, c)
-		})
-	}
-	wg.Wait()
-	return res
+// round is one request fanned out to some of the nodes. Replies that
+// arrive before the round is decided count; later ones go to the round's
+// late handler, in the node's task.
+type round struct {
+	mu      sync.Mutex
+	res     []nodeResult // by node index
+	got     []bool       // by node index: res is set
+	answers int
+	decided bool
+	// alive is set on an acquire round while its grant is held (from the
+	// grant until Unlock starts): a node that grants late then keeps the
+	// key; otherwise a late grant is deleted.
+	alive bool
+	wake  chan struct{} // a reply arrived (coalesced)
 }
 
-// tally counts a fan-out's replies: ok (n == 1), refused (n == 0) and errors.
-func (r *Redlock) tally(op string, res []nodeResult) *QuorumError {
+// fanout sends fn to nodes, each in a task with ctx bounded by the node
+// timeout, and decides as soon as every node answered, enough (called with
+// the tally of the replies so far) says the outcome is settled, the node
+// timeout passed, or ctx ended. Nodes that had not answered by then are
+// stragglers: their task goes on until the node answers or go-redis gives
+// up, and late (if not nil) then receives the reply. It returns the round
+// and the tally at the decision, in which a node that had not answered
+// counts as failed only if the timeout or ctx decided.
+func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ctx context.Context, c goredis.UniversalClient) (int64, error),
+	enough func(qe *QuorumError) bool, late func(rd *round, i int, nr nodeResult)) (*round, *QuorumError) {
+	rd := &round{
+		res:  make([]nodeResult, len(r.clients)),
+		got:  make([]bool, len(r.clients)),
+		wake: make(chan struct{}, 1),
+	}
+	for _, i := range nodes {
+		r.tasks.goTask(func() {
+			nctx, cancel := context.WithTimeout(ctx, r.o.nodeTimeout)
+			n, err := fn(nctx, r.clients[i])
+			cancel()
+			rd.mu.Lock()
+			if rd.decided {
+				rd.mu.Unlock()
+				if late != nil {
+					late(rd, i, nodeResult{n, err})
+				}
+				return
+			}
+			rd.res[i], rd.got[i] = nodeResult{n, err}, true
+			rd.answers++
+			rd.mu.Unlock()
+			select {
+			case rd.wake <- struct{}{}:
+			default:
+			}
+		})
+	}
+	timer := time.NewTimer(r.o.nodeTimeout)
+	defer timer.Stop()
+	for {
+		var why error
+		select {
+		case <-rd.wake:
+		case <-timer.C:
+			why = fmt.Errorf("no reply within the node timeout (%v)", r.o.nodeTimeout)
+		case <-ctx.Done():
+			why = ctx.Err()
+		}
+		rd.mu.Lock()
+		qe := r.tally(op, rd, nodes, why)
+		if why != nil || rd.answers == len(nodes) || enough(qe) {
+			rd.decided = true
+			rd.mu.Unlock()
+			return rd, qe
+		}
+		rd.mu.Unlock()
+	}
+}
+
+// tally counts a round's replies, in node order: ok (n == 1), refused
+// (n == 0) and errors; a node that has not answered counts as failed with
+// why if why is not nil, and not at all otherwise. rd.mu must be held.
+func (r *Redlock) tally(op string, rd *round, nodes []int, why error) *QuorumError {
 	qe := &QuorumError{Op: op, Name: r.name, Quorum: r.quorum, Nodes: len(r.clients)}
-	for i, nr := range res {
+	for _, i := range nodes {
+		nr := rd.res[i]
 		switch {
+		case !rd.got[i]:
+			if why != nil {
+				qe.Errs = append(qe.Errs, &NodeError{Node: i, Addr: r.addrs[i], Err: why})
+			}
 		case nr.err != nil:
 			qe.Errs = append(qe.Errs, &NodeError{Node: i, Addr: r.addrs[i], Err: nr.err})
 		case nr.n == 1:
@@ -168,10 +251,25 @@ func (r *Redlock) tally(op string, res []nodeResult) *QuorumError {
 	return qe
 }
 
-func (r *Redlock) attempt(ctx context.Context) (*Grant, time.Duration, error) {
+// settled reports whether a tally decides a round on all nodes: a majority
+// acted, or so many refused or failed that no majority can.
+func (r *Redlock) settled(qe *QuorumError) bool {
+	return qe.OK >= r.quorum || qe.Held+len(qe.Errs) > qe.Nodes-r.quorum
+}
+
+// allNodes returns 0..N-1.
+func (r *Redlock) allNodes() []int {
+	nodes := make([]int, len(r.clients))
+	for i := range nodes {
+		nodes[i] = i
+	}
+	return nodes
+}
+
+func (r *Redlock) attempt(ctx context.Context, _ string) (*Grant, time.Duration, error) {
 	value := newValue(r.o.owner)
 	start := time.Now()
-	res := r.fanout(ctx, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+	setNX := func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		v, err := acquireScript.Run(ctx, c, []string{r.keys.lock, r.keys.seq}, value, r.o.ttl.Milliseconds(), "0").Int64Slice()
 		if err != nil {
 			return 0, err
@@ -180,39 +278,99 @@ func (r *Redlock) attempt(ctx context.Context) (*Grant, time.Duration, error) {
 			return 0, fmt.Errorf("acquire script returned %v", v)
 		}
 		return v[0], nil
-	})
-	qe := r.tally("lock", res)
+	}
+	// A node that answers after the decision deletes its key again unless
+	// it granted while the grant is held: the grant does not count it, and
+	// Unlock may have passed it already.
+	late := func(rd *round, i int, nr nodeResult) {
+		rd.mu.Lock()
+		keep := rd.alive
+		rd.mu.Unlock()
+		if nr.err == nil && (nr.n != 1 || keep) {
+			return
+		}
+		cctx, cancel := cleanup.Context(ctx)
+		defer cancel()
+		_, _ = r.releaseOn(cctx, r.clients[i], value)
+	}
+	rd, qe := r.fanout(ctx, "lock", r.allNodes(), setNX, r.settled, late)
 	validity := r.o.ttl - time.Since(start) - r.o.driftAllowance()
 	if qe.OK >= r.quorum && validity > 0 {
-		return newGrant(r.name, 0, value, r, &r.o, start), 0, nil
+		rd.mu.Lock()
+		rd.alive = true
+		rd.mu.Unlock()
+		return newGrant(r.name, 0, value, &redlockGrant{r: r, rd: rd}, &r.o, start), 0, nil
 	}
 	qe.Expired = qe.OK >= r.quorum
-	// Release everywhere, including nodes that failed: the SET may have
-	// landed without its reply reaching us.
-	cctx, cancel := cleanup.Context(ctx)
-	defer cancel()
-	_ = r.release(cctx, value)
+	// Release where the SET may have landed: nodes that granted, and nodes
+	// that failed (the SET may have landed without its reply reaching us).
+	// Nodes that have not answered clean up after themselves (late).
+	var dirty []int
+	rd.mu.Lock()
+	for i, got := range rd.got {
+		if got && (rd.res[i].err != nil || rd.res[i].n == 1) {
+			dirty = append(dirty, i)
+		}
+	}
+	rd.mu.Unlock()
+	if len(dirty) > 0 {
+		cctx, cancel := cleanup.Context(ctx)
+		defer cancel()
+		r.fanout(cctx, "unlock", dirty, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+			return r.releaseOn(ctx, c, value)
+		}, func(*QuorumError) bool { return false }, nil)
+	}
 	return nil, 0, qe
 }
 
+func (r *Redlock) releaseOn(ctx context.Context, c goredis.UniversalClient, value string) (int64, error) {
+	return releaseScript.Run(ctx, c, []string{r.keys.lock}, value, r.keys.channel).Int64()
+}
+
+// subscribe implements attempter: a waiter listens to the release channel
+// on every node (a release publishes on each node it deletes from).
+func (r *Redlock) subscribe(ctx context.Context, _ string) *waker {
+	return subscribe(ctx, &r.tasks, r.clients, r.keys.channel, r.quorum, r.o.nodeTimeout)
+}
+
+// leave implements attempter: a Redlock waiter is not registered anywhere.
+func (r *Redlock) leave(context.Context, string) {}
+
+// redlockGrant is the grantOps of one Redlock grant: its acquire round
+// (which its late nodes consult) and the Redlock.
+type redlockGrant struct {
+	r  *Redlock
+	rd *round
+}
+
 // extend implements grantOps: the grant lives on if a majority extends it.
-func (r *Redlock) extend(ctx context.Context, value string) (time.Time, error) {
+// It decides as soon as a majority extended (or cannot), or the node
+// timeout passed.
+func (g *redlockGrant) extend(ctx context.Context, value string) (time.Time, error) {
+	r := g.r
 	start := time.Now()
-	res := r.fanout(ctx, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+	_, qe := r.fanout(ctx, "extend", r.allNodes(), func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		return extendScript.Run(ctx, c, []string{r.keys.lock}, value, r.o.ttl.Milliseconds()).Int64()
-	})
-	if qe := r.tally("extend", res); qe.OK < r.quorum {
+	}, r.settled, nil)
+	if qe.OK < r.quorum {
 		return start, qe
 	}
 	return start, nil
 }
 
-// release implements grantOps: compare-and-delete on every node.
-func (r *Redlock) release(ctx context.Context, value string) error {
-	res := r.fanout(ctx, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
-		return releaseScript.Run(ctx, c, []string{r.keys.lock}, value, r.keys.channel).Int64()
-	})
-	if qe := r.tally("unlock", res); qe.OK < r.quorum {
+// release implements grantOps: compare-and-delete on every node, decided
+// as soon as a majority released (or cannot), or the node timeout passed.
+// Nodes of the acquire that grant after this point delete their key
+// themselves.
+func (g *redlockGrant) release(ctx context.Context, value string, _ func(error)) error {
+	r := g.r
+	g.rd.mu.Lock()
+	g.rd.alive = false
+	g.rd.mu.Unlock()
+	_, qe := r.fanout(ctx, "unlock", r.allNodes(), func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+		return r.releaseOn(ctx, c, value)
+	}, r.settled, nil)
+	if qe.OK < r.quorum {
 		return qe
 	}
 	return nil

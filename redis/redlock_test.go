@@ -26,6 +26,7 @@ func TestRedlockQuorum(t *testing.T) {
 	newRedlock := func() *redis.Redlock {
 		r, err := redis.NewRedlock(redistest.Clients(t, servers), "quorum", redis.WithTTL(5*time.Second))
 		require.NoError(t, err)
+		drainAtEnd(t, r)
 		return r
 	}
 	a, b := newRedlock(), newRedlock()
@@ -47,7 +48,9 @@ func TestRedlockQuorum(t *testing.T) {
 	assert.NotErrorIs(t, err, lock.ErrLocked, "nobody holds it: the failure is the quorum, not contention")
 	var qe *redis.QuorumError
 	require.ErrorAs(t, err, &qe)
-	assert.Equal(t, 2, qe.OK)
+	// The attempt is decided once three nodes failed: the live nodes may
+	// or may not have answered by then.
+	assert.LessOrEqual(t, qe.OK, 2)
 	require.Len(t, qe.Errs, 3)
 	for i, node := range []int{0, 2, 4} {
 		assert.Equal(t, node, qe.Errs[i].Node)
@@ -60,7 +63,9 @@ func TestRedlockQuorum(t *testing.T) {
 	_, err = a.Lock(wctx)
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "Lock keeps refusing until its ctx ends")
 
-	// The two live nodes must hold nothing: failed attempts release.
+	// The two live nodes must hold nothing: failed attempts release (nodes
+	// that answered after the decision, themselves).
+	drain(t, a)
 	for _, i := range []int{1, 3} {
 		n, err := servers[i].Client(t).Exists(ctx, redis.DefaultKeyPrefix+"{quorum}").Result()
 		require.NoError(t, err)
@@ -130,12 +135,13 @@ func TestRedlockExtendOnMajority(t *testing.T) {
 	assert.ErrorIs(t, g.Unlock(ctx), lock.ErrLockLost)
 }
 
-// A client that would ignore ctx deadlines on a stalled node is refused: it
-// would let one paused node eat the whole validity.
-func TestRedlockRequiresContextTimeouts(t *testing.T) {
+// Clients with go-redis' default options (ContextTimeoutEnabled false) are
+// accepted: a stalled node cannot hold a fan-out past the node timeout
+// (TestRedlockStalledNode shows it).
+func TestRedlockAcceptsDefaultClients(t *testing.T) {
 	var clients []goredis.UniversalClient
 	for i := range 3 {
-		clients = append(clients, goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1), ContextTimeoutEnabled: i != 1}))
+		clients = append(clients, goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)}))
 	}
 	t.Cleanup(func() {
 		for _, c := range clients {
@@ -143,7 +149,5 @@ func TestRedlockRequiresContextTimeouts(t *testing.T) {
 		}
 	})
 	_, err := redis.NewRedlock(clients, "x")
-	require.ErrorIs(t, err, redis.ErrInvalidOption)
-	assert.ErrorContains(t, err, "clients[1]")
-	assert.ErrorContains(t, err, "ContextTimeoutEnabled")
+	require.NoError(t, err)
 }

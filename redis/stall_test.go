@@ -1,0 +1,198 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/integration/redistest"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/redis"
+)
+
+// drainer is a Mutex or a Redlock.
+type drainer interface {
+	Drain(ctx context.Context) error
+}
+
+// drain waits, bounded, for d's stragglers.
+func drain(t *testing.T, d drainer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
+	defer cancel()
+	require.NoError(t, d.Drain(ctx), "stragglers did not end")
+}
+
+// drainAtEnd drains d when t ends, before the clients are closed (so
+// register it after them).
+func drainAtEnd(t *testing.T, d drainer) {
+	t.Cleanup(func() { drain(t, d) })
+}
+
+// defaultClients returns one client with go-redis' default options
+// (ContextTimeoutEnabled false) per server.
+func defaultClients(t *testing.T, servers []*redistest.Server) []goredis.UniversalClient {
+	clients := make([]goredis.UniversalClient, len(servers))
+	for i, s := range servers {
+		clients[i] = s.DefaultClient(t)
+	}
+	return clients
+}
+
+// keyCount returns how many of the servers hold the lock key of name.
+func keyCount(ctx context.Context, t *testing.T, servers []*redistest.Server, name string) int {
+	t.Helper()
+	n := 0
+	for i, s := range servers {
+		c, err := s.Client(t).Exists(ctx, redis.DefaultKeyPrefix+"{"+name+"}").Result()
+		require.NoError(t, err, "node %d", i)
+		n += int(c)
+	}
+	return n
+}
+
+// TestRedlockStalledNode: over 5 nodes with default-option clients, one
+// node stopped with SIGSTOP (it accepts connections and answers nothing)
+// does not hold up the acquire: it returns with a valid grant, decided by
+// the 4 live nodes; exclusion holds; Unlock returns without the stalled
+// node. After SIGCONT the stalled node runs the queued SET and release in
+// some order, and its straggler deletes what its late SET left.
+func TestRedlockStalledNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const name = "stalled"
+	servers := redistest.StartN(t, 5)
+	clients := defaultClients(t, servers)
+	r, err := redis.NewRedlock(clients, name, redis.WithTTL(10*time.Second))
+	require.NoError(t, err, "default-option clients are accepted")
+	drainAtEnd(t, r)
+	other, err := redis.NewRedlock(defaultClients(t, servers), name, redis.WithTTL(10*time.Second))
+	require.NoError(t, err)
+	drainAtEnd(t, other)
+
+	// Warm the connection pools, so that the stall hits a command, not a dial.
+	h, err := r.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, h.Unlock(ctx))
+
+	servers[2].Pause()
+	defer servers[2].Resume()
+	start := time.Now()
+	h, err = r.Lock(ctx)
+	took := time.Since(start)
+	require.NoError(t, err, "Lock with one of five nodes stalled")
+	g := h.(*redis.Grant)
+	assert.NoError(t, g.Err(), "the grant is valid when Lock returns")
+	assert.True(t, time.Now().Before(g.Deadline()), "Lock returned while the grant is still valid")
+	t.Logf("acquire with a stalled node took %v (node timeout %v, validity %v)", took, redis.DefaultNodeTimeout, 10*time.Second)
+
+	_, err = other.TryLock(ctx)
+	assert.ErrorIs(t, err, lock.ErrLocked, "exclusion holds on the live nodes")
+
+	start = time.Now()
+	require.NoError(t, h.Unlock(ctx), "Unlock on the 4 live nodes")
+	t.Logf("release with a stalled node took %v", time.Since(start))
+
+	servers[2].Resume()
+	drain(t, r)
+	drain(t, other)
+	assert.Zero(t, keyCount(ctx, t, servers, name), "no node keeps a key, the stalled one included")
+}
+
+// TestRedlockLateGrantAfterFailure: an acquire that fails (two nodes held
+// by another grant, one stalled) returns after the node timeout; when the
+// stalled node resumes, its SET lands on a free key, and the straggler
+// deletes it.
+func TestRedlockLateGrantAfterFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const name = "late"
+	servers := redistest.StartN(t, 5)
+	r, err := redis.NewRedlock(defaultClients(t, servers), name, redis.WithTTL(10*time.Second))
+	require.NoError(t, err)
+	drainAtEnd(t, r)
+	h, err := r.Lock(ctx) // warm the pools
+	require.NoError(t, err)
+	require.NoError(t, h.Unlock(ctx))
+
+	key := redis.DefaultKeyPrefix + "{" + name + "}"
+	for _, i := range []int{0, 1} {
+		require.NoError(t, servers[i].Client(t).Set(ctx, key, "someone-else", time.Minute).Err())
+	}
+	servers[4].Pause()
+	defer servers[4].Resume()
+	_, err = r.TryLock(ctx)
+	require.ErrorIs(t, err, redis.ErrNoQuorum, "2 held elsewhere, 2 granted, 1 stalled")
+	assert.ErrorIs(t, err, lock.ErrLocked)
+	assert.ErrorContains(t, err, "node timeout", "the stalled node is reported")
+
+	servers[4].Resume()
+	drain(t, r)
+	assert.Equal(t, 2, keyCount(ctx, t, servers, name), "only the other grant's keys remain: the late SET was deleted")
+	for _, i := range []int{2, 3, 4} {
+		n, err := servers[i].Client(t).Exists(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "node %d", i)
+	}
+}
+
+// TestMutexStalledNode: with a default-option client on a stopped node,
+// Lock, TryLock and Unlock return when their ctx ends, with an error
+// matching ctx.Err(), long before go-redis' ReadTimeout (5s) would end the
+// command; after SIGCONT their stragglers complete, and no key is left.
+func TestMutexStalledNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const name = "stalled"
+	s := redistest.Start(t)
+	m := newMutex(t, s.DefaultClient(t), name, redis.WithTTL(10*time.Second))
+	drainAtEnd(t, m)
+	h, err := m.Lock(ctx) // warm the pool
+	require.NoError(t, err)
+	require.NoError(t, h.Unlock(ctx))
+	key := redis.DefaultKeyPrefix + "{" + name + "}"
+
+	// returns runs f with a short ctx while the node is stopped and checks
+	// that it returns ctx's error before go-redis' ReadTimeout could have
+	// ended the command: the caller did not wait on the node.
+	returns := func(what string, f func(ctx context.Context) error) {
+		t.Helper()
+		fctx, fcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer fcancel()
+		got := make(chan error, 1)
+		start := time.Now()
+		go func() { got <- f(fctx) }()
+		select {
+		case err := <-got:
+			assert.ErrorIs(t, err, context.DeadlineExceeded, what)
+			t.Logf("%s on a stalled node returned after %v", what, time.Since(start))
+		case <-time.After(2 * time.Second): // < ReadTimeout (5s)
+			t.Fatalf("%s did not return when its ctx ended: it waits on the stalled node", what)
+		}
+	}
+
+	s.Pause()
+	defer s.Resume()
+	returns("Lock", func(ctx context.Context) error { _, err := m.Lock(ctx); return err })
+	returns("TryLock", func(ctx context.Context) error { _, err := m.TryLock(ctx); return err })
+	s.Resume()
+	drain(t, m)
+	n, err := s.Client(t).Exists(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the late grants were deleted")
+
+	h, err = m.Lock(ctx)
+	require.NoError(t, err)
+	s.Pause()
+	returns("Unlock", h.Unlock)
+	s.Resume()
+	drain(t, m)
+	n, err = s.Client(t).Exists(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the late release deleted the key")
+	assert.NoError(t, h.Unlock(ctx), "the late release settled the grant: Unlock reports it released")
+}

@@ -1,0 +1,129 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// tasks counts the background work of one handle (a Mutex or a Redlock):
+// commands whose caller stopped waiting for them, and the cleanups they
+// trigger once they complete. Every such goroutine ends on its own, when
+// its node answers or the go-redis client's own timeouts pass (see the
+// package documentation, "Stragglers"); Drain waits for them.
+//
+// The zero value is ready to use.
+type tasks struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while n == 0
+}
+
+// goTask runs f in a goroutine counted by t.
+func (t *tasks) goTask(f func()) {
+	t.add()
+	go func() {
+		defer t.done()
+		f()
+	}()
+}
+
+func (t *tasks) add() {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tasks) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+// wait returns once no task runs, or with ctx's error if ctx ends first.
+func (t *tasks) wait(ctx context.Context) error {
+	for {
+		t.mu.Lock()
+		idle := t.idle
+		t.mu.Unlock()
+		if idle == nil {
+			return nil
+		}
+		select {
+		case <-idle:
+			// A task started since may have made a new idle channel: look again.
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// pending is one call whose result its caller may stop waiting for.
+type pending[T any] struct {
+	done chan struct{} // closed once v and err are set
+
+	mu        sync.Mutex
+	finished  bool // fn returned; v and err are set
+	abandoned bool // the caller returned without the result
+	v         T
+	err       error
+}
+
+// call returns fn's result, or ctx's error soon after ctx ends first, so
+// that a command on a stalled node (which go-redis, without
+// ContextTimeoutEnabled, waits for until its ReadTimeout, and with it still
+// does not abandon on a mere cancellation) cannot hold the caller for long
+// past ctx. Once ctx ended, call waits at most grace more for fn (a
+// responsive node answers within it, and a client that honours ctx
+// deadlines gives up at the deadline itself, so that the caller still gets
+// the answer and can clean up); then it returns with ok false, and fn goes
+// on in a task of ts, late (if not nil) receiving its result in that task.
+// fn should pass ctx to go-redis, so that the client gives up where it
+// can.
+//
+// A ctx that cannot end (Done returns nil) runs fn in the caller's
+// goroutine.
+func call[T any](ctx context.Context, ts *tasks, grace time.Duration, fn func() (T, error), late func(T, error)) (v T, err error, ok bool) {
+	if ctx.Done() == nil {
+		v, err = fn()
+		return v, err, true
+	}
+	p := &pending[T]{done: make(chan struct{})}
+	ts.goTask(func() {
+		v, err := fn()
+		p.mu.Lock()
+		p.v, p.err, p.finished = v, err, true
+		abandoned := p.abandoned
+		p.mu.Unlock()
+		close(p.done)
+		if abandoned && late != nil {
+			late(v, err)
+		}
+	})
+	select {
+	case <-p.done:
+		return p.v, p.err, true
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return p.v, p.err, true
+	case <-t.C:
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished {
+		return p.v, p.err, true
+	}
+	p.abandoned = true
+	return v, ctx.Err(), false
+}
