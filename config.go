@@ -173,6 +173,9 @@ func (c Config) Validate() error {
 	if c.DB < 0 {
 		return bad("db %d must not be negative", c.DB)
 	}
+	if c.DB != 0 && c.Cluster {
+		return bad("db %d: Redis Cluster has only database 0", c.DB)
+	}
 	// A prefix valid on every backend, so that switching the DSN's scheme
 	// keeps working; then what Open and Locker would refuse, by the
 	// backend's own rules.
