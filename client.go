@@ -37,8 +37,18 @@ type Client struct {
 	mgr  *session.Manager
 	rdb  []goredis.UniversalClient
 
-	mu     sync.Mutex
-	closed bool
+	mu      sync.Mutex
+	closed  bool
+	lockers map[lockerKey]drainer // Redis lockers, one per name and owner: Close drains them
+}
+
+type lockerKey struct{ name, owner string }
+
+// drainer is a Redis locker: Drain waits for the background work of its
+// calls (a release's straggling node, see package redis).
+type drainer interface {
+	lock.Locker
+	Drain(ctx context.Context) error
 }
 
 // Open connects to the backend that cfg names. For etcd it also starts the
@@ -204,14 +214,33 @@ func (c *Client) Locker(name string, opts ...LockerOption) (lock.Locker, error) 
 		}
 		return lock.New(c.mgr, name, lo...)
 	}
+	// Redis lockers are kept, one per name and owner, so that Close can
+	// wait for their stragglers.
+	k := lockerKey{name, o.owner}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.lockers[k]; ok {
+		return l, nil
+	}
 	ro := c.cfg.redisOptions()
 	if o.owner != "" {
 		ro = append(ro, redis.WithOwner(o.owner))
 	}
+	var l drainer
+	var err error
 	if c.cfg.Backend == BackendRedis {
-		return redis.New(c.rdb[0], name, ro...)
+		l, err = redis.New(c.rdb[0], name, ro...)
+	} else {
+		l, err = redis.NewRedlock(c.rdb, name, ro...)
 	}
-	return redis.NewRedlock(c.rdb, name, ro...)
+	if err != nil {
+		return nil, err
+	}
+	if c.lockers == nil {
+		c.lockers = make(map[lockerKey]drainer)
+	}
+	c.lockers[k] = l
+	return l, nil
 }
 
 // Election returns the election called name, on etcd: its keys live under
@@ -240,8 +269,10 @@ func (c *Client) open() error {
 
 // Close releases everything: for etcd it revokes the session's lease (every
 // lock of the Client is released at once) and closes the client; for Redis
-// it closes the connections (held grants then expire after their TTL).
-// Close is idempotent.
+// it waits (within ctx) for the background work of its Lockers, such as a
+// release still under way on a slow Redlock node, then closes the
+// connections (grants still held then expire after their TTL). Close is
+// idempotent.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -254,7 +285,14 @@ func (c *Client) Close(ctx context.Context) error {
 		err := c.mgr.Close(ctx)
 		return errors.Join(err, c.etcd.Close())
 	}
-	return c.closeRedis()
+	var errs []error
+	for _, l := range c.lockers {
+		if err := l.Drain(ctx); err != nil {
+			errs = append(errs, err)
+			break // ctx ended: stop waiting
+		}
+	}
+	return errors.Join(append(errs, c.closeRedis())...)
 }
 
 func (c *Client) closeRedis() error {
