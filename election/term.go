@@ -54,8 +54,8 @@ func (t *Term) IsLeader() clientv3.Cmp { return t.h.Owned() }
 // Done returns a channel closed when the term ends: at the session's local
 // deadline (or when its lease is reported gone, or it is closed), before
 // the session's own Done closes; when the leader's key is observed deleted;
-// or on Resign. The first call starts one watch on the key, which ends with
-// the term.
+// or on Resign. From the first call on, the session checks the key at each
+// heartbeat: a deletion closes Done within one heartbeat interval.
 func (t *Term) Done() <-chan struct{} { return t.h.Done() }
 
 // Err returns nil while the term looks live; after that, why it ended: an

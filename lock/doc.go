@@ -1,5 +1,6 @@
 // Package lock defines the backend-neutral lock interfaces ([Locker],
-// [Held]) and implements them on etcd ([Mutex]).
+// [Held]) and implements them on etcd: [Mutex], [RWMutex] and
+// [Semaphore], all on one queue of keys per name.
 //
 // # Guarantee
 //
@@ -21,8 +22,24 @@
 // A holder learns it may have lost the lock no later than anyone else can
 // be granted it: Held.Done closes at the session's local deadline (the send
 // time of the last acknowledged keepalive + TTL − safety margin, on the
-// monotonic clock), which comes before the server can expire the lease, and
-// when the grant's key is seen deleted.
+// monotonic clock), which comes before the server can expire the lease. It
+// also closes when the grant's key is found deleted by someone else: the
+// session checks the keys of the grants whose Done was called at each
+// heartbeat (one request per interval for all of them, no watch or
+// goroutine per grant), so such a deletion is reported within one
+// heartbeat interval (TTL/3 by default).
+//
+// An [RWMutex] keeps readers and writers in one FIFO queue: a writer's
+// token fences like a Mutex's; readers share. A [Semaphore] grants up to N
+// permits in FIFO order; its tokens order permits but do not exclude.
+// [WithLockDelay] makes a Mutex wait, after a grant ended without Unlock,
+// before granting again (a bound on a paused holder's overlap where the
+// resource cannot check a token).
+//
+// Locks are built on a [session.Source]: a *session.Session (grants share
+// its lease and end with it; once it ended, Lock fails with
+// ErrSessionDone) or a *session.Manager (the next Lock after a session
+// ended runs on a fresh one).
 //
 // # Limits
 //
@@ -46,6 +63,11 @@
 //     cleanup moves.
 //     A key of the session's own under a name it is about to use (an
 //     enqueue that etcd's client sent twice) is deleted, not queued behind.
+//   - A key deleted by hand (not by the lease's end) is reported by
+//     Held.Done within one heartbeat interval, not at once.
+//   - Use one kind of lock per name: a Mutex and an RWMutex of one name
+//     share the queue (the Mutex acts as a writer), a Semaphore refuses a
+//     queue made by another kind (ErrPermitsMismatch).
 //   - Every Lock or TryLock call is an independent grant, even on one Mutex
 //     or one session (unlike etcd's concurrency.Mutex, whose two Mutexes on
 //     one session both "hold" the lock).

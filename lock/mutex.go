@@ -189,7 +189,9 @@ func (g *Grant) IsOwner() clientv3.Cmp { return g.h.Owned() }
 // Done returns a channel closed when the lock may be lost: the session's
 // local deadline passed or its lease is gone (Done closes before the
 // session's own Done), the grant's key was deleted, or Unlock was called.
-// The first call starts one watch on the key, which ends with the grant.
+// From the first call on, the session checks the grant's key at each
+// heartbeat (no watch or goroutine per grant): a deletion by someone else
+// closes Done within one heartbeat interval.
 func (g *Grant) Done() <-chan struct{} { return g.h.Done() }
 
 // Err returns nil while the grant looks live, otherwise why it ended: an

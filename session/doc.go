@@ -30,9 +30,14 @@
 //   - A heartbeat that fails is retried every quarter heartbeat; if none is
 //     acknowledged before the deadline, the session ends (ErrExpired) even
 //     if the server would have kept the lease a little longer.
-//   - After Done closes the session is over: create a new one to continue.
+//   - After Done closes the session is over: create a new one to continue,
+//     or let a Manager do it (NewManager: it starts a fresh session on the
+//     next Current after one ended, shared by every lock and election
+//     built on it).
 //     Close still revokes the lease (so a session that expired only locally
 //     releases its keys at once when etcd is reachable).
 //   - One heartbeat loop serves every lock of the session; AfterDone hooks
-//     let holders close their own Done channels before the session's.
+//     let holders close their own Done channels before the session's. The
+//     same loop checks, after each acknowledged keepalive, the keys of the
+//     grants being watched (one LeaseTimeToLive request).
 package session
