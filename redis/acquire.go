@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/lock"
 )
 
 // attempter is what the Lock loop needs from a backend.
@@ -31,14 +34,15 @@ type attempter interface {
 // subscribe to the release channel (on every node of a Redlock), attempt
 // again (so a release between the first attempt and the subscription is not
 // missed), then wait for a wake-up, the jittered backoff (capped by the
-// holder's remaining validity), or ctx, and attempt again.
-func acquire(ctx context.Context, a attempter, name string, o *options) (*Grant, error) {
+// holder's remaining validity), or ctx, and attempt again. queued reports
+// that the grant came after the first attempt was refused or failed.
+func acquire(ctx context.Context, a attempter, name string, o *options) (g *Grant, queued bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, errs.New("redis", name, "lock", err)
+		return nil, false, errs.New("redis", name, "lock", err)
 	}
 	g, retryIn, err := a.attempt(ctx, "")
 	if g != nil {
-		return g, nil
+		return g, false, nil
 	}
 	wid := newWaiterID()
 	var w *waker
@@ -47,11 +51,11 @@ func acquire(ctx context.Context, a attempter, name string, o *options) (*Grant,
 			w.close()
 		}
 	}()
-	giveUp := func(cerr error) (*Grant, error) {
+	giveUp := func(cerr error) (*Grant, bool, error) {
 		if w != nil {
 			a.leave(ctx, wid)
 		}
-		return nil, errs.New("redis", name, "lock", fmt.Errorf("%w (last attempt: %v)", cerr, err))
+		return nil, false, errs.New("redis", name, "lock", fmt.Errorf("%w (last attempt: %v)", cerr, err))
 	}
 	for n := 0; ; n++ {
 		if cerr := ctx.Err(); cerr != nil {
@@ -76,9 +80,33 @@ func acquire(ctx context.Context, a attempter, name string, o *options) (*Grant,
 		}
 		g, retryIn, err = a.attempt(ctx, wid)
 		if g != nil {
-			return g, nil
+			return g, true, nil
 		}
 	}
+}
+
+// observe runs one acquire (op "lock" or "try lock") of the lock called
+// name under its span, and records its duration by outcome.
+func observe(ctx context.Context, tel *telemetry.T, name, op string, fn func(ctx context.Context) (*Grant, bool, error)) (lock.Held, error) {
+	ctx, a := tel.StartAcquire(ctx, op, name)
+	g, queued, err := fn(ctx)
+	if err != nil {
+		a.Failed(outcome(ctx, err), err)
+		return nil, err
+	}
+	a.Granted(g.token.Seq, queued, -1)
+	return g, nil
+}
+
+// outcome classifies a failed acquire for dlock.acquire.duration.
+func outcome(ctx context.Context, err error) string {
+	switch {
+	case errors.Is(err, ErrLocked):
+		return telemetry.Locked
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return telemetry.Canceled
+	}
+	return telemetry.Failed
 }
 
 // backoff returns the n-th delay (n ≥ 1) of a jittered exponential backoff:

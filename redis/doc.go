@@ -76,6 +76,20 @@
 // resumes, after the compare-and-delete: the key then lives until its TTL,
 // as after a crash.
 //
+// # Telemetry
+//
+// A Mutex records the instruments of DESIGN.md with dlock.backend "redis",
+// a Redlock with "redlock" (WithMeterProvider, WithTracerProvider,
+// WithLogger): dlock.acquire.duration by outcome and a span per Lock and
+// TryLock; dlock.held, up at a grant and down once when it ends (when the
+// ending Unlock's release has answered, or at a loss); dlock.lost by
+// cause: "expired" when the local validity ran out (no Extend in time),
+// "deleted" when Extend, or the release of the Unlock that ended the
+// grant, found the key gone or holding another value. A loss is recorded,
+// and logged at WARN, before Done closes. A deletion that nothing checks
+// (no watchdog, no Extend, no Unlock before the deadline) shows up as
+// "expired".
+//
 // # Caveats
 //
 //   - Redis replication is asynchronous. A failover (Sentinel, Cluster) can

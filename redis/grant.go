@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -55,6 +56,7 @@ type Grant struct {
 	drift time.Duration
 	start time.Time // when the acquire was sent
 	done  chan struct{}
+	tel   *telemetry.T
 
 	unlockMu  sync.Mutex // serialises Unlock
 	extendMu  sync.Mutex // serialises Extend
@@ -72,10 +74,11 @@ type Grant struct {
 
 var _ lock.Held = (*Grant)(nil)
 
-// newGrant starts the validity timer (and the watchdog, if o asks for it) of
-// a grant whose acquire was sent at start. The caller has checked that the
-// deadline is still ahead.
-func newGrant(name string, seq uint64, value string, ops grantOps, o *options, start time.Time) *Grant {
+// newGrant records a new grant in tel (dlock.held goes up) and starts the
+// validity timer (and the watchdog, if o asks for it) of a grant whose
+// acquire was sent at start. The caller has checked that the deadline is
+// still ahead.
+func newGrant(name string, seq uint64, value string, ops grantOps, o *options, start time.Time, tel *telemetry.T) *Grant {
 	g := &Grant{
 		name:  name,
 		token: fence.Token{Name: name, Seq: seq},
@@ -85,8 +88,10 @@ func newGrant(name string, seq uint64, value string, ops grantOps, o *options, s
 		drift: o.driftAllowance(),
 		start: start,
 		done:  make(chan struct{}),
+		tel:   tel,
 	}
 	g.deadline = start.Add(g.ttl - g.drift)
+	tel.Held(name, seq) // before the timer, which may end the grant at once
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.timer = time.AfterFunc(time.Until(g.deadline), g.expire)
@@ -144,12 +149,12 @@ func (g *Grant) Extend(ctx context.Context) error {
 		return errs.New("redis", g.name, "extend", g.err)
 	}
 	if !time.Now().Before(g.deadline) {
-		g.endLocked(g.expiredErr())
+		g.endLocked(g.expiredErr(), telemetry.LostExpired)
 		return g.err
 	}
 	if err != nil {
 		if errors.Is(err, ErrLockLost) {
-			g.endLocked(errs.New("redis", g.name, "extend", err))
+			g.endLocked(errs.New("redis", g.name, "extend", err), telemetry.LostDeleted)
 			return g.err
 		}
 		return errs.New("redis", g.name, "extend", err)
@@ -170,6 +175,10 @@ func (g *Grant) Extend(ctx context.Context) error {
 // later in the background settles the outcome for the next call. After a
 // nil return, Unlock returns nil again. Unlock waits for the grant's
 // watchdog, if any, to exit.
+//
+// The Unlock that ends a held grant records its end once its release has
+// answered (or given up): a release, or a loss (dlock.lost, cause
+// "deleted") if the key was already gone.
 func (g *Grant) Unlock(ctx context.Context) error {
 	g.unlockMu.Lock()
 	defer g.unlockMu.Unlock()
@@ -179,8 +188,9 @@ func (g *Grant) Unlock(ctx context.Context) error {
 		defer g.mu.Unlock()
 		return g.result
 	}
-	if g.state == stateHeld {
-		g.endLocked(lock.ErrUnlocked)
+	ending := g.state == stateHeld // this call ends the grant
+	if ending {
+		g.endLocked(lock.ErrUnlocked, "")
 	}
 	g.mu.Unlock()
 	if g.watchDone != nil {
@@ -198,7 +208,17 @@ func (g *Grant) Unlock(ctx context.Context) error {
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.settleLocked(rerr)
+	res := g.settleLocked(rerr)
+	if ending {
+		// Only the first release's answer tells a loss: a retry after an
+		// unknown outcome may find the key deleted by that first release.
+		if g.err != lock.ErrUnlocked {
+			g.tel.Ended(g.name, telemetry.LostDeleted, g.err)
+		} else {
+			g.tel.Ended(g.name, "", nil)
+		}
+	}
+	return res
 }
 
 // settleLocked records the outcome rerr of a release and returns what
@@ -235,7 +255,7 @@ func (g *Grant) expire() {
 	if g.state != stateHeld || time.Now().Before(g.deadline) {
 		return // ended already, or extended after the timer fired
 	}
-	g.endLocked(g.expiredErr())
+	g.endLocked(g.expiredErr(), telemetry.LostExpired)
 }
 
 func (g *Grant) expiredErr() error {
@@ -243,10 +263,15 @@ func (g *Grant) expiredErr() error {
 }
 
 // endLocked ends the grant with err: Done closes, the timer and the watchdog
-// stop. g.mu must be held.
-func (g *Grant) endLocked(err error) {
+// stop. A loss (lostCause not "") is recorded before Done closes, so that
+// whoever sees Done closed sees it counted; Unlock records a release
+// itself. g.mu must be held.
+func (g *Grant) endLocked(err error, lostCause string) {
 	g.state = stateEnded
 	g.err = err
+	if lostCause != "" {
+		g.tel.Ended(g.name, lostCause, err)
+	}
 	close(g.done)
 	g.timer.Stop()
 	if g.stopWatch != nil {

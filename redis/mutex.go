@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -36,6 +37,7 @@ type Mutex struct {
 	name   string
 	keys   keys
 	o      options
+	tel    *telemetry.T
 	tasks  tasks // stragglers: see Drain
 }
 
@@ -60,7 +62,7 @@ func New(client goredis.UniversalClient, name string, opts ...Option) (*Mutex, e
 			return nil, fmt.Errorf("%w: replicas: WAIT needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalidOption, client)
 		}
 	}
-	return &Mutex{client: client, name: name, keys: newKeys(o.prefix, name), o: o}, nil
+	return &Mutex{client: client, name: name, keys: newKeys(o.prefix, name), o: o, tel: telemetry.New(o.tel, "redis")}, nil
 }
 
 // Name returns the lock's name.
@@ -89,11 +91,9 @@ func (m *Mutex) Capabilities() lock.Capabilities {
 // other than contention (a node down) are retried until ctx ends; the last
 // one is quoted in the returned error. The lock.Held is a *Grant.
 func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
-	g, err := acquire(ctx, m, m.name, &m.o)
-	if err != nil {
-		return nil, err
-	}
-	return g, nil
+	return observe(ctx, m.tel, m.name, "lock", func(ctx context.Context) (*Grant, bool, error) {
+		return acquire(ctx, m, m.name, &m.o)
+	})
 }
 
 // TryLock makes one attempt: it returns an error matching ErrLocked (and
@@ -101,14 +101,13 @@ func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
 // returns when ctx ends (within the node timeout) even if the node has not
 // answered. The lock.Held is a *Grant.
 func (m *Mutex) TryLock(ctx context.Context) (lock.Held, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, errs.New("redis", m.name, "try lock", err)
-	}
-	g, _, err := m.attempt(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	return g, nil
+	return observe(ctx, m.tel, m.name, "try lock", func(ctx context.Context) (*Grant, bool, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, false, errs.New("redis", m.name, "try lock", err)
+		}
+		g, _, err := m.attempt(ctx, "")
+		return g, false, err
+	})
 }
 
 // Owner returns the owner stored (WithOwner) by the current holder, and
@@ -172,7 +171,7 @@ func (m *Mutex) attempt(ctx context.Context, wid string) (*Grant, time.Duration,
 		m.cleanup(ctx, value)
 		return nil, 0, errs.New("redis", m.name, "lock", fmt.Errorf("no validity left after the acquire round trip (ttl %v)", m.o.ttl))
 	}
-	return newGrant(m.name, uint64(r.n), value, m, &m.o, start), 0, nil
+	return newGrant(m.name, uint64(r.n), value, m, &m.o, start, m.tel), 0, nil
 }
 
 // cleanup deletes the grant value if it is still there, with a detached

@@ -2,11 +2,15 @@ package redis
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/option"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlock-go/dlock/internal/names"
+	"github.com/dlock-go/dlock/internal/option"
+	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // Defaults for the options, in one place.
@@ -55,6 +59,7 @@ type options struct {
 	owner          string
 	replicas       int
 	replicaTimeout time.Duration
+	tel            telemetry.Config
 }
 
 func defaults() options {
@@ -135,6 +140,28 @@ func WithOwner(owner string) Option { return func(o *options) { o.owner = owner 
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) { o.replicas, o.replicaTimeout = n, timeout }
 }
+
+// WithMeterProvider sets where the lock's metrics go (the instruments of
+// the meter "github.com/dlock-go/dlock": dlock.acquire.duration,
+// dlock.held, dlock.lost, with dlock.backend "redis" for a Mutex and
+// "redlock" for a Redlock). Optional, defaults to otel.GetMeterProvider();
+// nil means that default.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.tel.MeterProvider = mp }
+}
+
+// WithTracerProvider sets where the lock's spans go: one per Lock
+// ("dlock.lock") and TryLock ("dlock.try_lock"), with its outcome, wait,
+// token and whether it had to wait for a release. Optional, defaults to
+// otel.GetTracerProvider(); nil means that default.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tel.TracerProvider = tp }
+}
+
+// WithLogger sets the logger of the lock's grants and releases (DEBUG)
+// and losses (WARN). Optional, defaults to discarding; nil means that
+// default.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.tel.Logger = l } }
 
 func (o *options) driftAllowance() time.Duration {
 	return time.Duration(float64(o.ttl)*o.drift) + driftFloor

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -41,6 +42,7 @@ type Redlock struct {
 	keys    keys
 	o       options
 	quorum  int
+	tel     *telemetry.T
 	tasks   tasks // stragglers: see Drain
 }
 
@@ -86,6 +88,7 @@ func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) 
 		keys:    newKeys(o.prefix, name),
 		o:       o,
 		quorum:  len(clients)/2 + 1,
+		tel:     telemetry.New(o.tel, "redlock"),
 	}, nil
 }
 
@@ -113,11 +116,9 @@ func (r *Redlock) Capabilities() lock.Capabilities {
 // ctx end it returns an error matching ctx.Err() and leaves no key behind.
 // The lock.Held is a *Grant whose Token has Seq 0.
 func (r *Redlock) Lock(ctx context.Context) (lock.Held, error) {
-	g, err := acquire(ctx, r, r.name, &r.o)
-	if err != nil {
-		return nil, err
-	}
-	return g, nil
+	return observe(ctx, r.tel, r.name, "lock", func(ctx context.Context) (*Grant, bool, error) {
+		return acquire(ctx, r, r.name, &r.o)
+	})
 }
 
 // TryLock makes one attempt. If no majority grants the lock it returns a
@@ -125,14 +126,13 @@ func (r *Redlock) Lock(ctx context.Context) (lock.Held, error) {
 // lock.ErrLocked) if another grant holds the lock on some nodes. The
 // lock.Held is a *Grant whose Token has Seq 0.
 func (r *Redlock) TryLock(ctx context.Context) (lock.Held, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, errs.New("redis", r.name, "try lock", err)
-	}
-	g, _, err := r.attempt(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	return g, nil
+	return observe(ctx, r.tel, r.name, "try lock", func(ctx context.Context) (*Grant, bool, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, false, errs.New("redis", r.name, "try lock", err)
+		}
+		g, _, err := r.attempt(ctx, "")
+		return g, false, err
+	})
 }
 
 // Drain waits until the background work of earlier calls on r has ended,
@@ -299,7 +299,7 @@ func (r *Redlock) attempt(ctx context.Context, _ string) (*Grant, time.Duration,
 		rd.mu.Lock()
 		rd.alive = true
 		rd.mu.Unlock()
-		return newGrant(r.name, 0, value, &redlockGrant{r: r, rd: rd}, &r.o, start), 0, nil
+		return newGrant(r.name, 0, value, &redlockGrant{r: r, rd: rd}, &r.o, start, r.tel), 0, nil
 	}
 	qe.Expired = qe.OK >= r.quorum
 	// Release where the SET may have landed: nodes that granted, and nodes
