@@ -80,7 +80,8 @@ type Config struct {
 	// Optional; nil means otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 	// Logger receives dlock's logs: session ends (WARN) and renewals
-	// (INFO), lock losses. Optional; nil means discarding.
+	// (INFO), lock losses (WARN), grants and releases (DEBUG), on every
+	// backend. Optional; nil means discarding.
 	Logger *slog.Logger
 }
 
@@ -116,6 +117,8 @@ func (c Config) redisOptions() []redis.Option {
 		redis.WithTTL(c.TTL),
 		redis.WithKeyPrefix(c.Prefix + ":"),
 		redis.WithAutoExtend(0),
+		redis.WithLogger(c.logger()),
+		redis.WithMeterProvider(c.MeterProvider), redis.WithTracerProvider(c.TracerProvider),
 	}
 }
 

@@ -216,6 +216,80 @@ func TestTelemetryEtcd(t *testing.T) {
 	}
 }
 
+// A Client passes its Config's providers and logger to the Redis lockers it
+// makes: each backend's acquires, grants and losses (a key deleted behind
+// the holder's back, found by Unlock) appear with its dlock.backend, a span
+// per acquire, and a WARN record per loss.
+func TestTelemetryRedisClient(t *testing.T) {
+	for _, backend := range []string{dlock.BackendRedis, dlock.BackendRedlock} {
+		t.Run(backend, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			m, mp := newMetrics(t)
+			spans := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+			defer tp.Shutdown(context.Background())
+			var logs syncBuffer
+			n := 1
+			if backend == dlock.BackendRedlock {
+				n = 3
+			}
+			servers := redistest.StartN(t, n)
+			var endpoints []string
+			for _, s := range servers {
+				endpoints = append(endpoints, s.Addr())
+			}
+			client, err := dlock.Open(ctx, dlock.Config{
+				Backend: backend, Endpoints: endpoints, Prefix: "tel",
+				MeterProvider: mp, TracerProvider: tp,
+				Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			})
+			require.NoError(t, err)
+			defer client.Close(ctx)
+			l, err := client.Locker("orders")
+			require.NoError(t, err)
+			b := attribute.String("dlock.backend", backend)
+
+			h, err := l.Lock(ctx)
+			require.NoError(t, err)
+			m.assert("dlock.acquire.duration", 1, b, outcome("granted"))
+			m.assert("dlock.held", 1, b)
+			_, err = l.TryLock(ctx)
+			require.ErrorIs(t, err, lock.ErrLocked)
+			m.assert("dlock.acquire.duration", 1, b, outcome("locked"))
+			for _, s := range servers {
+				require.NoError(t, s.Client(t).Del(ctx, "tel:{orders}").Err())
+			}
+			require.ErrorIs(t, h.Unlock(ctx), lock.ErrLockLost)
+			m.assert("dlock.lost", 1, b, cause("deleted"))
+			m.assert("dlock.held", 0, b)
+
+			var granted, lost bool
+			for _, r := range logs.records(t) {
+				switch {
+				case r["msg"] == "dlock: granted" && r["level"] == "DEBUG" && r["backend"] == backend:
+					granted = true
+				case r["msg"] == "dlock: lock lost" && r["level"] == "WARN" && r["backend"] == backend && r["cause"] == "deleted":
+					lost = true
+				}
+			}
+			assert.True(t, granted, "a DEBUG record for the grant")
+			assert.True(t, lost, "a WARN record for the loss")
+			var names []string
+			for _, sp := range spans.Ended() {
+				names = append(names, sp.Name())
+				attrs := map[attribute.Key]attribute.Value{}
+				for _, kv := range sp.Attributes() {
+					attrs[kv.Key] = kv.Value
+				}
+				assert.Equal(t, backend, attrs["dlock.backend"].AsString(), sp.Name())
+				assert.Equal(t, "orders", attrs["dlock.lock"].AsString(), sp.Name())
+			}
+			assert.Equal(t, []string{"dlock.lock", "dlock.try_lock"}, names, "a span per acquire")
+		})
+	}
+}
+
 // Every guard counts the stale tokens it rejects, with its dlock.guard
 // attribute and no backend.
 func TestTelemetryGuards(t *testing.T) {
