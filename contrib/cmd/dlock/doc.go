@@ -16,7 +16,7 @@
 // # Usage
 //
 //	dlock demo
-//	dlock run --lock NAME [--endpoints h:2379,... | --dsn DSN] [--ttl 10s] [--timeout D] [--grace 10s] -- CMD [ARGS...]
+//	dlock run --lock NAME [--permits N | --shared | --rw] [--endpoints h:2379,... | --dsn DSN] [--ttl 10s] [--timeout D] [--grace 10s] -- CMD [ARGS...]
 //	dlock elect [flags] NAME VALUE
 //	dlock elect --observe [flags] NAME
 //	dlock inspect [--json] [--election] [flags] NAME
@@ -45,6 +45,12 @@
 // macOS, the other BSDs and Windows CMD keeps running, orphaned. The lock
 // is then released by the backend, a TTL after run's last heartbeat or
 // renewal.
+//
+// On etcd, run --permits N holds one of N permits of a semaphore instead
+// (up to N runs at once), and run --shared the read side of a
+// reader/writer lock (--shared runs share it); a plain run of the same
+// name is that lock's writer (--rw says so explicitly). Their tokens order
+// grants but, among permits or among readers, do not exclude.
 //
 // elect campaigns for leadership and holds it until interrupted, then
 // resigns; with --observe it prints every change of leader.
