@@ -19,7 +19,7 @@
 //	dlock run --lock NAME [--permits N | --shared | --rw] [--endpoints h:2379,... | --dsn DSN] [--ttl 10s] [--timeout D] [--grace 10s] -- CMD [ARGS...]
 //	dlock elect [flags] NAME VALUE
 //	dlock elect --observe [flags] NAME
-//	dlock inspect [--json] [--election] [flags] NAME
+//	dlock inspect [--json] [--election] [--watch] [flags] NAME
 //	dlock bench --dsn DSN [--dsn DSN...] [--clients 4] [--duration 5s] [--hold 0]
 //
 // demo starts etcd inside the process and replays the classic failure: A
@@ -58,6 +58,9 @@
 // inspect shows the holder of a lock (or the leader of an election with
 // --election), its token, owner and lease, and the queue behind it. etcd
 // keeps no timestamps: age is shown in revisions, and the lease's time left.
+// Permits (run --permits) and readers and writers (run --shared, --rw) are
+// shown with their kind, each as holding or waiting. With --watch it shows
+// the queue again at every change (an etcd watch), until interrupted.
 //
 // bench measures acquire latency, handoff latency and throughput on one or
 // more backends (etcd://, redis://, redlock:// DSNs, see dlock.ParseDSN)
