@@ -20,7 +20,7 @@
 //	dlock elect [flags] NAME VALUE
 //	dlock elect --observe [flags] NAME
 //	dlock inspect [--json] [--election] [--watch] [flags] NAME
-//	dlock bench --dsn DSN [--dsn DSN...] [--clients 4] [--duration 5s] [--hold 0]
+//	dlock bench --dsn DSN [--dsn DSN...] [--clients 4] [--duration 5s] [--hold 0] [--json] [--progress]
 //
 // demo starts etcd inside the process and replays the classic failure: A
 // holds a lock, pauses past its session timeout, B is granted the lock and
@@ -64,7 +64,8 @@
 //
 // bench measures acquire latency, handoff latency and throughput on one or
 // more backends (etcd://, redis://, redlock:// DSNs, see dlock.ParseDSN)
-// and prints them side by side.
+// and prints them side by side (p50, p90, p99 and max), with a histogram of
+// acquire latencies; --json prints one JSON object per backend instead.
 //
 // elect and inspect talk to etcd only, and so does run by default:
 // --endpoints (default 127.0.0.1:2379, plaintext) or --dsn
