@@ -55,6 +55,11 @@ func (rw *RWMutex) Name() string { return rw.name }
 // Mutex.Prefix); readers' keys are under Prefix()+"r/".
 func (rw *RWMutex) Prefix() string { return rw.writer.Prefix() }
 
+// ReaderPrefix returns the etcd key prefix of the readers' keys (RLock's),
+// inside Prefix; every other key under Prefix is a writer's (Lock's, or a
+// Mutex's of the same name).
+func (rw *RWMutex) ReaderPrefix() string { return rw.reader.KeyPrefix() }
+
 // Capabilities reports the guarantees of the exclusive side (Lock), which
 // are a Mutex's.
 func (rw *RWMutex) Capabilities() Capabilities {

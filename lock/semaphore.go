@@ -60,6 +60,15 @@ func (s *Semaphore) Permits() int { return s.permits }
 // Mutex.Prefix).
 func (s *Semaphore) Prefix() string { return s.q.Prefix() }
 
+// ParseSemaphoreValue splits the value stored in a semaphore's key
+// ("permits=3 owner") into the semaphore's number of permits and the
+// owner (see WithOwner); ok is false for the value of another lock's key
+// (a Mutex's or an RWMutex's stores the owner alone). It is for inspection
+// tools such as dlock inspect.
+func ParseSemaphoreValue(v []byte) (permits int, owner string, ok bool) {
+	return queue.ParsePermits(v)
+}
+
 // Capabilities reports the semaphore's guarantees: not exclusive (up to
 // Permits grants at once), FIFO, tokens ordered by grant, session
 // liveness, surviving the loss of an etcd minority.

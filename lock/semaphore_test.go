@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -208,4 +209,56 @@ func TestSemaphoreCancelMismatchBadInput(t *testing.T) {
 	resp, err := cli.Get(ctx, sem.Prefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
 	assert.Zero(t, resp.Count)
+}
+
+// The layout inspection tools read: a permit's key is under Prefix and
+// stores "permits=N owner"; a reader's key is under ReaderPrefix, a
+// writer's and a Mutex's under Prefix but not ReaderPrefix, storing the
+// owner alone.
+func TestInspectionLayout(t *testing.T) {
+	cli := etcdtest.New(t).Client(t)
+	ctx := etcdtest.Context(t)
+	s := etcdtest.Session(t, cli)
+	value := func(key string) []byte {
+		t.Helper()
+		resp, err := cli.Get(ctx, key)
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1, key)
+		return resp.Kvs[0].Value
+	}
+
+	sem, err := lock.NewSemaphore(s, "pool", 3, lock.WithOwner("worker-7"))
+	require.NoError(t, err)
+	h, err := sem.Acquire(ctx)
+	require.NoError(t, err)
+	key := h.(*lock.Grant).Key()
+	assert.True(t, strings.HasPrefix(key, sem.Prefix()), key)
+	n, owner, ok := lock.ParseSemaphoreValue(value(key))
+	assert.True(t, ok)
+	assert.Equal(t, 3, n)
+	assert.Equal(t, "worker-7", owner)
+	require.NoError(t, h.Unlock(ctx))
+
+	rw, err := lock.NewRWMutex(s, "rw", lock.WithOwner("reader-1"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(rw.ReaderPrefix(), rw.Prefix()), "readers' keys are inside the queue")
+	r, err := rw.RLock(ctx)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(r.(*lock.Grant).Key(), rw.ReaderPrefix()))
+	_, _, ok = lock.ParseSemaphoreValue(value(r.(*lock.Grant).Key()))
+	assert.False(t, ok, "a reader's value is its owner alone")
+	require.NoError(t, r.Unlock(ctx))
+	w, err := rw.Lock(ctx)
+	require.NoError(t, err)
+	wkey := w.(*lock.Grant).Key()
+	assert.True(t, strings.HasPrefix(wkey, rw.Prefix()) && !strings.HasPrefix(wkey, rw.ReaderPrefix()), wkey)
+	require.NoError(t, w.Unlock(ctx))
+	m, err := lock.New(s, "rw")
+	require.NoError(t, err)
+	assert.Equal(t, rw.Prefix(), m.Prefix(), "a Mutex of the name is one more writer")
+
+	for _, v := range []string{"", "owner", "permits=x o", "permits=0 o", "permits=-1 o", "permit=3 o"} {
+		_, _, ok := lock.ParseSemaphoreValue([]byte(v))
+		assert.False(t, ok, v)
+	}
 }

@@ -67,6 +67,10 @@ func (q *Queue) Denied(err error) error {
 // Prefix returns the queue's key prefix; it ends with "/".
 func (q *Queue) Prefix() string { return q.prefix }
 
+// KeyPrefix returns the prefix of the keys of the queue's own entries:
+// Prefix for most rules, Prefix()+"r/" for Reader.
+func (q *Queue) KeyPrefix() string { return q.rule.keyPrefix(q) }
+
 // entry is one key in the queue.
 type entry struct {
 	Key string

@@ -170,12 +170,23 @@ func (r shared) value(val string) string { return permitsTag + strconv.Itoa(r.n)
 
 // permitsOf parses an entry value's number of permits (0: none).
 func permitsOf(v []byte) int {
-	s, _, _ := strings.Cut(string(v), " ")
-	n, err := strconv.Atoi(strings.TrimPrefix(s, permitsTag))
-	if err != nil || !strings.HasPrefix(s, permitsTag) {
-		return 0
-	}
+	n, _, _ := ParsePermits(v)
 	return n
+}
+
+// ParsePermits splits a Shared entry's value ("permits=3 owner") into its
+// number of permits and the value given to Acquire; ok is false for the
+// value of an entry of another rule (the value alone).
+func ParsePermits(v []byte) (permits int, val string, ok bool) {
+	s, rest, _ := strings.Cut(string(v), " ")
+	if !strings.HasPrefix(s, permitsTag) {
+		return 0, "", false
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(s, permitsTag))
+	if err != nil || n <= 0 {
+		return 0, "", false
+	}
+	return n, rest, true
 }
 
 func (shared) joinReads(q *Queue) []clientv3.Op {

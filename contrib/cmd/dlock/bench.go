@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/internal/cleanup"
 
@@ -22,15 +24,28 @@ const benchDescription = `
 Runs --clients clients, each with its own connection (and, on etcd, its own
 session), that take turns on one lock for --duration, and prints per backend:
 
-  acquire p50/p99   from calling Lock to being granted (includes waiting)
-  handoff p50/p99   from one holder starting its Unlock to the next grant
-  throughput        grants per second
+  acquire p50/p90/p99/max   from calling Lock to being granted (includes waiting)
+  handoff p50/p90/p99       from one holder starting its Unlock to the next grant
+  throughput                grants per second
+
+and a histogram of the acquire latencies, in log-spaced buckets (1-2-5 per
+decade), one bar of '#' per bucket.
 
 Give --dsn several times to compare backends side by side, for example
   dlock bench --dsn etcd://127.0.0.1:2379 --dsn redis://127.0.0.1:6379
 Each DSN runs on its own, one after the other. Without --dsn, bench
-measures the backend that $DLOCK_DSN names. A progress line goes to
-stderr every second on runs of 3s or more.`
+measures the backend that $DLOCK_DSN names.
+
+With --json, it prints instead one JSON object per backend, one per line:
+backend, dsn (its password removed), clients, ops (grants), errors,
+duration_s, throughput (grants/s), p50_ms, p90_ms, p99_ms, max_ms and
+handoff_p50_ms, handoff_p90_ms, handoff_p99_ms (acquire latencies unless
+named handoff), and histogram: the acquire latency buckets, each
+{"le_ms": upper bound, "count": grants}, the last one with "le_ms": null
+(no upper bound).
+
+A progress line ("<dsn>: 3s of 10s, N grants") goes to stderr every
+second when stderr is a terminal, or with --progress.`
 
 // Defaults for bench's flags.
 const (
@@ -52,6 +67,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	duration := fs.Duration("duration", defaultBenchDuration, "how long to run each backend")
 	hold := fs.Duration("hold", 0, "how long each grant holds the lock before releasing it")
 	name := fs.String("lock", fmt.Sprintf("dlock-bench/%d", os.Getpid()), "lock name to contend on")
+	asJSON := fs.Bool("json", false, "print one JSON object per backend (one per line) instead of the table")
+	progress := fs.Bool("progress", false, "print a progress line to stderr every second (default: only when stderr is a terminal)")
 	pos, err := parse(fs, args, true)
 	if err != nil {
 		return err
@@ -85,12 +102,24 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	var results []benchResult
 	for i, cfg := range cfgs {
-		b := bencher{cfg: cfg, label: redact(dsns[i]), clients: *clients, duration: *duration, hold: *hold, name: *name, progress: e.stderr}
+		b := bencher{cfg: cfg, label: redact(dsns[i]), clients: *clients, duration: *duration, hold: *hold, name: *name}
+		if *progress || isTerminal(e.stderr) {
+			b.progress = e.stderr
+		}
 		r, err := b.run(ctx)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.label, err)
 		}
 		results = append(results, r)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		for _, r := range results {
+			if err := enc.Encode(r.record()); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	printBench(e.stdout, results)
 	return nil
@@ -103,7 +132,7 @@ type bencher struct {
 	duration time.Duration
 	hold     time.Duration
 	name     string
-	progress io.Writer
+	progress io.Writer // nil: no progress lines
 }
 
 type benchResult struct {
@@ -193,7 +222,7 @@ func (b *bencher) run(ctx context.Context) (benchResult, error) {
 			}
 		})
 	}
-	if b.duration >= 3*time.Second {
+	if b.progress != nil {
 		tick := time.NewTicker(time.Second)
 	progress:
 		for {
@@ -237,8 +266,11 @@ func printBench(w io.Writer, rs []benchResult) {
 		return fmt.Sprintf("%.1f", float64(len(r.acquire))/r.elapsed.Seconds())
 	})
 	row("acquire p50", func(r benchResult) string { return pct(r.acquire, 0.50) })
+	row("acquire p90", func(r benchResult) string { return pct(r.acquire, 0.90) })
 	row("acquire p99", func(r benchResult) string { return pct(r.acquire, 0.99) })
+	row("acquire max", func(r benchResult) string { return pct(r.acquire, 1) })
 	row("handoff p50", func(r benchResult) string { return pct(r.handoff, 0.50) })
+	row("handoff p90", func(r benchResult) string { return pct(r.handoff, 0.90) })
 	row("handoff p99", func(r benchResult) string { return pct(r.handoff, 0.99) })
 	row("errors", func(r benchResult) string { return fmt.Sprint(r.errors) })
 	tw.Flush()
@@ -247,18 +279,159 @@ func printBench(w io.Writer, rs []benchResult) {
 			fmt.Fprintf(w, "%s: first error: %s\n", r.label, oneLine(r.firstErr.Error()))
 		}
 	}
+	for _, r := range rs {
+		fmt.Fprintf(w, "\n%s: acquire latency histogram (%d grants)\n", r.label, len(r.acquire))
+		printHistogram(w, histogram(r.acquire))
+	}
 }
 
 // pct returns the p-th percentile of ds (nearest rank), or "-".
 func pct(ds []time.Duration, p float64) string {
-	if len(ds) == 0 {
+	d, ok := quantile(ds, p)
+	if !ok {
 		return "-"
+	}
+	return round(d).String()
+}
+
+// quantile returns the p-th percentile of ds (nearest rank; p 1 is the
+// maximum); false if ds is empty.
+func quantile(ds []time.Duration, p float64) (time.Duration, bool) {
+	if len(ds) == 0 {
+		return 0, false
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	i := int(p*float64(len(s))+0.5) - 1
 	i = min(max(i, 0), len(s)-1)
-	return round(s[i]).String()
+	return s[i], true
+}
+
+// histBounds are the upper bounds of the histogram's buckets: 1-2-5 per
+// decade, from 10µs to 50s; a last bucket takes what is above.
+var histBounds = func() []time.Duration {
+	var bs []time.Duration
+	for d := 10 * time.Microsecond; d <= 10*time.Second; d *= 10 {
+		bs = append(bs, d, 2*d, 5*d)
+	}
+	return bs
+}()
+
+// bucket is one bucket of a latency histogram: the samples ≤ le (and
+// above the previous bucket's le); le 0 is the last bucket, unbounded.
+type bucket struct {
+	le    time.Duration
+	count int
+}
+
+// histogram counts ds in histBounds' buckets, from the first non-empty
+// bucket to the last one (none if ds is empty).
+func histogram(ds []time.Duration) []bucket {
+	bs := make([]bucket, len(histBounds)+1)
+	for i, le := range histBounds {
+		bs[i].le = le
+	}
+	for _, d := range ds {
+		i, _ := slices.BinarySearch(histBounds, d) // the first bound ≥ d
+		bs[i].count++
+	}
+	first := slices.IndexFunc(bs, func(b bucket) bool { return b.count > 0 })
+	if first < 0 {
+		return nil
+	}
+	last := len(bs) - 1
+	for bs[last].count == 0 {
+		last--
+	}
+	return bs[first : last+1]
+}
+
+// histWidth is the length of the longest bar.
+const histWidth = 40
+
+// printHistogram prints one line per bucket: its bound, a bar of '#'
+// proportional to its count (at least one '#' if not empty), the count.
+func printHistogram(w io.Writer, bs []bucket) {
+	most := 0
+	for _, b := range bs {
+		most = max(most, b.count)
+	}
+	label := func(b bucket) string {
+		if b.le == 0 {
+			return "> " + histBounds[len(histBounds)-1].String()
+		}
+		return "<= " + b.le.String()
+	}
+	width := 0
+	for _, b := range bs {
+		width = max(width, utf8.RuneCountInString(label(b)))
+	}
+	for _, b := range bs {
+		n := 0
+		if b.count > 0 {
+			n = max(1, b.count*histWidth/most)
+		}
+		fmt.Fprintf(w, "  %*s |%-*s| %d\n", width, label(b), histWidth, strings.Repeat("#", n), b.count)
+	}
+}
+
+// benchRecord is one backend's --json object.
+type benchRecord struct {
+	Backend      string        `json:"backend"`
+	DSN          string        `json:"dsn"` // without its password
+	Clients      int           `json:"clients"`
+	Ops          int           `json:"ops"` // grants
+	Errors       int           `json:"errors"`
+	FirstError   string        `json:"first_error,omitempty"`
+	DurationS    float64       `json:"duration_s"`
+	Throughput   float64       `json:"throughput"` // grants per second
+	P50MS        float64       `json:"p50_ms"`     // acquire latencies; 0 without grants
+	P90MS        float64       `json:"p90_ms"`
+	P99MS        float64       `json:"p99_ms"`
+	MaxMS        float64       `json:"max_ms"`
+	HandoffP50MS float64       `json:"handoff_p50_ms"`
+	HandoffP90MS float64       `json:"handoff_p90_ms"`
+	HandoffP99MS float64       `json:"handoff_p99_ms"`
+	Histogram    []benchBucket `json:"histogram"`
+}
+
+// benchBucket is one histogram bucket of --json: the acquires that took
+// at most LeMS milliseconds (and more than the previous bucket's); LeMS
+// null: no upper bound.
+type benchBucket struct {
+	LeMS  *float64 `json:"le_ms"`
+	Count int      `json:"count"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (r benchResult) record() benchRecord {
+	q := func(ds []time.Duration, p float64) float64 {
+		d, _ := quantile(ds, p)
+		return ms(d)
+	}
+	rec := benchRecord{
+		Backend: r.backend, DSN: r.label, Clients: r.clients, Ops: len(r.acquire), Errors: r.errors,
+		DurationS: r.elapsed.Seconds(),
+		P50MS:     q(r.acquire, 0.50), P90MS: q(r.acquire, 0.90), P99MS: q(r.acquire, 0.99), MaxMS: q(r.acquire, 1),
+		HandoffP50MS: q(r.handoff, 0.50), HandoffP90MS: q(r.handoff, 0.90), HandoffP99MS: q(r.handoff, 0.99),
+		Histogram: []benchBucket{},
+	}
+	if r.elapsed > 0 {
+		rec.Throughput = float64(rec.Ops) / r.elapsed.Seconds()
+	}
+	if r.firstErr != nil {
+		rec.FirstError = oneLine(r.firstErr.Error())
+	}
+	for _, b := range histogram(r.acquire) {
+		bb := benchBucket{Count: b.count}
+		if b.le != 0 {
+			le := ms(b.le)
+			bb.LeMS = &le
+		}
+		rec.Histogram = append(rec.Histogram, bb)
+	}
+	return rec
 }
 
 func round(d time.Duration) time.Duration {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,12 +19,14 @@ func TestBench(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.New(t)
 	dsn := "etcd://" + hostPort(c.Endpoints()[0])
-	r := runCLI(t, "bench", "--dsn", dsn, "--dsn", dsn+"/other", "--clients", "2", "--duration", "3s")
+	r := runCLI(t, "bench", "--dsn", dsn, "--dsn", dsn+"/other", "--clients", "2", "--duration", "3s", "--progress")
 	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
 	assert.Regexp(t, `bench `+regexp.QuoteMeta(dsn)+`: \ds of 3s, \d+ grants`, r.stderr, "a progress line every second")
-	for _, want := range []string{dsn, dsn + "/other", "throughput (grants/s)", "acquire p50", "acquire p99", "handoff p50", "handoff p99"} {
+	for _, want := range []string{dsn, dsn + "/other", "throughput (grants/s)", "acquire p50", "acquire p90", "acquire p99", "acquire max",
+		"handoff p50", "handoff p90", "handoff p99", dsn + ": acquire latency histogram (", dsn + "/other: acquire latency histogram ("} {
 		assert.Contains(t, r.stdout, want)
 	}
+	assert.Regexp(t, `(?m)^\s+<= \d+(µs|ms|s) \|#+ *\| [1-9]\d*$`, r.stdout, "a histogram bar")
 	assert.NotContains(t, r.stdout, "first error")
 	assert.Less(t, r.elapsed, 40*time.Second)
 	t.Logf("\n%s", r.stdout)
@@ -61,4 +66,81 @@ func TestBenchBackends(t *testing.T) {
 	}
 	assert.NotContains(t, r.stdout, "first error")
 	t.Logf("\n%s", r.stdout)
+}
+
+// TestBenchJSON: --json prints one object per backend with sane fields,
+// and without --progress a pipe gets no progress lines.
+func TestBenchJSON(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.New(t)
+	one := redistest.Start(t)
+	dsns := []string{"etcd://" + hostPort(c.Endpoints()[0]) + "/benchjson", "redis://" + one.Addr()}
+	r := runCLI(t, "bench", "--json", "--clients", "2", "--duration", "1500ms", "--dsn", dsns[0], "--dsn", dsns[1])
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	assert.Empty(t, r.stderr, "no progress lines unless stderr is a terminal or --progress")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, r.stdout)
+	for i, l := range lines {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
+		for _, k := range []string{"backend", "dsn", "ops", "errors", "duration_s", "throughput", "p50_ms", "p90_ms", "p99_ms", "max_ms", "histogram"} {
+			assert.Contains(t, rec, k, "line %d", i)
+		}
+		var b benchRecord
+		require.NoError(t, json.Unmarshal([]byte(l), &b), l)
+		assert.Equal(t, []string{"etcd", "redis"}[i], b.Backend)
+		assert.Equal(t, dsns[i], b.DSN)
+		assert.Equal(t, 2, b.Clients)
+		assert.Positive(t, b.Ops)
+		assert.Zero(t, b.Errors, b.FirstError)
+		assert.Positive(t, b.DurationS)
+		assert.InDelta(t, float64(b.Ops)/b.DurationS, b.Throughput, 1e-6*b.Throughput)
+		assert.Positive(t, b.P50MS)
+		assert.True(t, b.P50MS <= b.P90MS && b.P90MS <= b.P99MS && b.P99MS <= b.MaxMS, "%+v", b)
+		n := 0
+		for j, bk := range b.Histogram {
+			n += bk.Count
+			if j < len(b.Histogram)-1 {
+				require.NotNil(t, bk.LeMS, "only the last bucket is unbounded")
+			}
+			if j > 0 && bk.LeMS != nil {
+				assert.Greater(t, *bk.LeMS, *b.Histogram[j-1].LeMS, "buckets ascend")
+			}
+		}
+		assert.Equal(t, b.Ops, n, "the histogram counts every grant")
+		require.NotEmpty(t, b.Histogram)
+		last := b.Histogram[len(b.Histogram)-1]
+		if last.LeMS != nil {
+			assert.LessOrEqual(t, b.MaxMS, *last.LeMS, "the max is in the last bucket")
+		}
+	}
+}
+
+func TestHistogram(t *testing.T) {
+	ds := []time.Duration{150 * time.Microsecond, 180 * time.Microsecond, 3 * time.Millisecond, 5 * time.Millisecond, time.Minute}
+	var got []string
+	for _, b := range histogram(ds) {
+		got = append(got, fmt.Sprintf("%v:%d", b.le, b.count))
+	}
+	// 1-2-5 buckets: (100µs, 200µs], then 500µs, 1ms, 2ms empty, (2ms,
+	// 5ms] holds 3ms and 5ms, ..., and one unbounded bucket above 50s.
+	assert.Equal(t, "200µs:2", got[0])
+	assert.Equal(t, []string{"500µs:0", "1ms:0", "2ms:0", "5ms:2"}, got[1:5])
+	assert.Equal(t, "0s:1", got[len(got)-1])
+	assert.Nil(t, histogram(nil))
+
+	var out strings.Builder
+	printHistogram(&out, histogram(ds))
+	assert.Contains(t, out.String(), "<= 200µs |"+strings.Repeat("#", histWidth)+"| 2")
+	assert.Contains(t, out.String(), "<= 500µs |"+strings.Repeat(" ", histWidth)+"| 0")
+	assert.Contains(t, out.String(), "> 50s |"+strings.Repeat("#", histWidth/2)+strings.Repeat(" ", histWidth/2)+"| 1")
+
+	rec := benchResult{label: redact("redis://u:secret@h:1"), backend: "redis", clients: 1, elapsed: 2 * time.Second, acquire: ds}.record()
+	assert.Equal(t, "redis://u@h:1", rec.DSN)
+	assert.Equal(t, 5, rec.Ops)
+	assert.Equal(t, 2.5, rec.Throughput)
+	assert.Equal(t, 3.0, rec.P50MS)
+	assert.Equal(t, 60000.0, rec.MaxMS)
+	assert.Nil(t, rec.Histogram[len(rec.Histogram)-1].LeMS)
+	assert.Equal(t, 0.2, *rec.Histogram[0].LeMS)
 }

@@ -16,11 +16,11 @@
 // # Usage
 //
 //	dlock demo
-//	dlock run --lock NAME [--endpoints h:2379,... | --dsn DSN] [--ttl 10s] [--timeout D] [--grace 10s] -- CMD [ARGS...]
+//	dlock run --lock NAME [--permits N | --shared | --rw] [--endpoints h:2379,... | --dsn DSN] [--ttl 10s] [--timeout D] [--grace 10s] -- CMD [ARGS...]
 //	dlock elect [flags] NAME VALUE
 //	dlock elect --observe [flags] NAME
-//	dlock inspect [--json] [--election] [flags] NAME
-//	dlock bench --dsn DSN [--dsn DSN...] [--clients 4] [--duration 5s] [--hold 0]
+//	dlock inspect [--json] [--election] [--watch] [flags] NAME
+//	dlock bench --dsn DSN [--dsn DSN...] [--clients 4] [--duration 5s] [--hold 0] [--json] [--progress]
 //
 // demo starts etcd inside the process and replays the classic failure: A
 // holds a lock, pauses past its session timeout, B is granted the lock and
@@ -46,16 +46,26 @@
 // is then released by the backend, a TTL after run's last heartbeat or
 // renewal.
 //
+// On etcd, run --permits N holds one of N permits of a semaphore instead
+// (up to N runs at once), and run --shared the read side of a
+// reader/writer lock (--shared runs share it); a plain run of the same
+// name is that lock's writer (--rw says so explicitly). Their tokens order
+// grants but, among permits or among readers, do not exclude.
+//
 // elect campaigns for leadership and holds it until interrupted, then
 // resigns; with --observe it prints every change of leader.
 //
 // inspect shows the holder of a lock (or the leader of an election with
 // --election), its token, owner and lease, and the queue behind it. etcd
 // keeps no timestamps: age is shown in revisions, and the lease's time left.
+// Permits (run --permits) and readers and writers (run --shared, --rw) are
+// shown with their kind, each as holding or waiting. With --watch it shows
+// the queue again at every change (an etcd watch), until interrupted.
 //
 // bench measures acquire latency, handoff latency and throughput on one or
 // more backends (etcd://, redis://, redlock:// DSNs, see dlock.ParseDSN)
-// and prints them side by side.
+// and prints them side by side (p50, p90, p99 and max), with a histogram of
+// acquire latencies; --json prints one JSON object per backend instead.
 //
 // elect and inspect talk to etcd only, and so does run by default:
 // --endpoints (default 127.0.0.1:2379, plaintext) or --dsn

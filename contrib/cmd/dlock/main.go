@@ -117,6 +117,16 @@ func usageError(format string, args ...any) error {
 	return exitWith(exitUsage, format+" (see --help)", args...)
 }
 
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }

@@ -32,6 +32,24 @@ etcd queues waiters in order; Redis and Redlock waiters are not served in
 order. A Redis or Redlock grant is renewed every TTL/3 while CMD runs, so
 it lasts as long as dlock does.
 
+With --permits N, NAME is a counting semaphore instead (etcd only): up to
+N runs hold it at once, each with one permit, granted in FIFO order. Every
+run of one NAME must give the same N (one with another N, or one on a
+NAME that a plain run holds, fails with "permits mismatch"). Permits
+overlap, so their tokens order grants but do not exclude: do not fence one
+shared resource with them.
+
+With --shared, the run holds the read side of a reader/writer lock
+(etcd only): --shared runs of one NAME hold it together; a writer
+excludes them all. The writer is a plain run (without --permits or
+--shared) of the same NAME: a plain run's lock is the exclusive side of
+the same reader/writer lock, so it waits for the --shared runs before it
+and they wait for it. --rw names that side explicitly: it is the same as
+a plain run on etcd. Readers and writers queue in one FIFO, so a waiting
+writer is not starved by readers that come after it. A reader's token
+orders it after the writers before it; readers' tokens do not exclude each
+other.
+
 Redlock grants carry no fencing token: $DLOCK_TOKEN is then "<name>:0"
 (seq 0), which every fence guard rejects, and dlock prints a warning to
 stderr. Use etcd or redis:// where the resource must be fenced.
@@ -81,6 +99,9 @@ func runRun(_ context.Context, e *env, args []string) error {
 		owner   = fs.String("owner", "", "etcd only: value stored in the lock's key, shown by inspect (default \"<hostname>/<pid>\")")
 		timeout = fs.Duration("timeout", 0, "give up if the lock is not acquired within this long (0: wait forever)")
 		grace   = fs.Duration("grace", defaultGrace, "after the lock is lost, wait this long between SIGTERM and SIGKILL")
+		permits = fs.Int("permits", 0, "etcd only: hold one of N permits of the semaphore NAME instead of the lock (N ≥ 1; every run of NAME must give the same N)")
+		shared  = fs.Bool("shared", false, "etcd only: hold the read side of the reader/writer lock NAME, shared with other --shared runs; plain runs are its writers")
+		rw      = fs.Bool("rw", false, "etcd only: hold the write side of the reader/writer lock NAME (the same as a plain run: excludes --shared runs and other writers)")
 	)
 	conn.register(fs, e, true)
 	// Signals are watched from the start, so none is missed and none kills
@@ -103,6 +124,10 @@ func runRun(_ context.Context, e *env, args []string) error {
 	case *grace < 0:
 		return usageError("--grace %v must not be negative", *grace)
 	}
+	kind, err := parseKind(fs, *permits, *shared, *rw)
+	if err != nil {
+		return err
+	}
 	if err := lock.ValidateName(*name); err != nil {
 		return usageError("--lock: %v", err)
 	}
@@ -112,6 +137,9 @@ func runRun(_ context.Context, e *env, args []string) error {
 	}
 	if *owner != "" && cfg.Backend != dlock.BackendEtcd {
 		return usageError("--owner: only etcd stores an owner, not %s", cfg.Backend)
+	}
+	if kind != kindLock && cfg.Backend != dlock.BackendEtcd {
+		return usageError("%s: etcd only (%s has no semaphores or reader/writer locks)", kind.flag(), cfg.Backend)
 	}
 
 	// Phase 1: connect and acquire; a signal cancels. run watches signals
@@ -146,11 +174,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 		defer ccancel()
 		client.Close(cctx)
 	}()
-	var lopts []dlock.LockerOption
-	if *owner != "" {
-		lopts = append(lopts, dlock.WithOwner(*owner))
-	}
-	l, err := client.Locker(*name, lopts...)
+	acquire, err := acquirer(client, *name, *owner, kind, *permits)
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -160,7 +184,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 		lctx, lcancel = context.WithTimeout(actx, *timeout)
 		defer lcancel()
 	}
-	held, err := l.Lock(lctx)
+	held, err := acquire(lctx)
 	sig = signalled()
 	if err != nil {
 		if sig == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -179,6 +203,84 @@ func runRun(_ context.Context, e *env, args []string) error {
 
 	// Phase 2: run the command while holding the lock.
 	return runHolding(e, held, *name, argv, *grace, sigc)
+}
+
+// runKind is what run holds: the lock, a permit, or a side of an RWMutex.
+type runKind int
+
+const (
+	kindLock   runKind = iota // a Mutex (Client.Locker), any backend
+	kindPermit                // --permits: lock.Semaphore
+	kindRead                  // --shared: lock.RWMutex.RLock
+	kindWrite                 // --rw: lock.RWMutex.Lock
+)
+
+// flag returns the flag that asks for k.
+func (k runKind) flag() string {
+	return [...]string{"", "--permits", "--shared", "--rw"}[k]
+}
+
+// parseKind checks --permits, --shared and --rw against each other.
+func parseKind(fs *flagSet, permits int, shared, rw bool) (runKind, error) {
+	var kinds []runKind
+	if isSet(fs, "permits") {
+		if permits < 1 {
+			return 0, usageError("--permits %d must be at least 1", permits)
+		}
+		kinds = append(kinds, kindPermit)
+	}
+	if shared {
+		kinds = append(kinds, kindRead)
+	}
+	if rw {
+		kinds = append(kinds, kindWrite)
+	}
+	switch len(kinds) {
+	case 0:
+		return kindLock, nil
+	case 1:
+		return kinds[0], nil
+	}
+	return 0, usageError("%s and %s are mutually exclusive", kinds[0].flag(), kinds[1].flag())
+}
+
+// acquirer returns the acquire of what kind asks for on the lock name: the
+// Client's Locker, or an etcd Semaphore or RWMutex on the Client's
+// sessions, in the same queue as the Locker's Mutex (see etcdLockOptions).
+func acquirer(client *dlock.Client, name, owner string, kind runKind, permits int) (func(context.Context) (lock.Held, error), error) {
+	var lopts []dlock.LockerOption
+	if owner != "" {
+		lopts = append(lopts, dlock.WithOwner(owner))
+	}
+	l, err := client.Locker(name, lopts...)
+	switch {
+	case err != nil:
+		return nil, err
+	case kind == kindLock:
+		return l.Lock, nil
+	}
+	opts, err := etcdLockOptions(client, name, l)
+	if err != nil {
+		return nil, err
+	}
+	if owner != "" {
+		opts = append(opts, lock.WithOwner(owner))
+	}
+	if kind == kindPermit {
+		sem, err := lock.NewSemaphore(client.Source(), name, permits, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return sem.Acquire, nil
+	}
+	rw, err := lock.NewRWMutex(client.Source(), name, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if kind == kindRead {
+		return rw.RLock, nil
+	}
+	return rw.Lock, nil
 }
 
 // runHolding runs argv while held lasts, and returns the exit status.
