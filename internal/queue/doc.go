@@ -64,6 +64,16 @@
 // failure is read in a second request rather than an Else branch on every
 // enqueue (an Else branch cost ~6% uncontended, the compare alone ~2%).
 //
+// The epoch cannot void a copy of an enqueue that succeeded: etcd's client
+// sent the Txn again after a timeout, the caller saw the second copy
+// succeed, and the first, held by a paused member, lands after the
+// attempt's Release, when the name is free again and the epoch unmoved.
+// The model in model/ found this stall. So at each heartbeat the session
+// lists the keys bound to its lease (the same request that checks watched
+// holds) and deletes those under names no attempt holds (state.removeStrays):
+// whatever wrote such a key, nobody waits on it. A stray lives at most one
+// heartbeat interval.
+//
 // # Waiting
 //
 // An Exclusive waiter watches only its immediate predecessor's key, so one

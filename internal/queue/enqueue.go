@@ -265,6 +265,7 @@ func (q *Queue) deletes(key string) []clientv3.Op {
 
 // retire records t's key and side keys as leftovers (see state.retire).
 func (q *Queue) retire(t ticket) {
+	t.st.idle(t.slot)
 	t.st.retire(t.Key)
 	for _, k := range q.rule.sideKeys(q, t.Key) {
 		t.st.retire(k)

@@ -56,7 +56,7 @@ func (h *Hold) Owned() clientv3.Cmp { return h.t.Owned() }
 func (h *Hold) Done() <-chan struct{} {
 	h.watchOnce.Do(func() {
 		if h.Err() == nil {
-			h.t.st.watch(h.s, h)
+			h.t.st.watch(h)
 		}
 	})
 	return h.done

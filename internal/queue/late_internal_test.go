@@ -53,3 +53,87 @@ func TestDirtyQueueMovesEpochFirst(t *testing.T) {
 	_, err = q.leave(ctx, a)
 	require.NoError(t, err)
 }
+
+// An enqueue applied twice, the second copy after its attempt's Release
+// (etcd's client sent it again after a timeout; the first copy, held by a
+// paused member, lands late): the copy passes the name and epoch compares
+// and leaves a key of the live session that nobody waits on. The model
+// (model/queue.pml with -DNO_SWEEP) shows the stall that follows; here the
+// heartbeat's check removes the stray, and a waiter behind it is granted
+// (without the check it would wait until the session ends: the model's
+// control).
+func TestStrayCopyRemovedAtHeartbeat(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cli := etcdtest.New(t).Client(t)
+	s, err := session.New(ctx, cli, session.WithTTL(4*time.Second), session.WithHeartbeat(300*time.Millisecond))
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	other, err := session.New(ctx, cli)
+	require.NoError(t, err)
+	defer other.Close(context.Background())
+	q := New(cli, "stray", "x", Exclusive)
+
+	h, err := q.Acquire(ctx, s, "a", false)
+	require.NoError(t, err)
+	key, epoch := h.t.Key, stateOf(s).epochs[q.prefix].rev
+	require.NoError(t, h.Release(ctx))
+
+	// The late copy: the same Txn as the enqueue's.
+	resp, err := cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		clientv3.Compare(clientv3.ModRevision(q.epochKey(stateOf(s))), "=", epoch),
+	).Then(clientv3.OpPut(key, "a", clientv3.WithLease(s.Lease()))).Commit()
+	require.NoError(t, err)
+	require.True(t, resp.Succeeded, "the copy passes every compare of the enqueue")
+
+	// A waiter of another session queues behind the stray...
+	got := make(chan error, 1)
+	go func() {
+		h, err := q.Acquire(ctx, other, "b", false)
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		got <- err
+	}()
+	// ...and is granted once a heartbeat's check deleted it.
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the waiter behind the stray was never granted")
+	}
+	n, err := cli.Get(ctx, key, clientv3.WithCountOnly())
+	require.NoError(t, err)
+	assert.Zero(t, n.Count, "the stray is gone")
+}
+
+// The check deletes only keys under names no attempt holds: a held key and
+// a waiting key of the session survive any number of heartbeats.
+func TestStraySweepSparesLiveKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cli := etcdtest.New(t).Client(t)
+	s, err := session.New(ctx, cli)
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	q := New(cli, "spare", "x", Exclusive)
+	held, err := q.Acquire(ctx, s, "a", false)
+	require.NoError(t, err)
+	waiting, _ := join(t, ctx, q, s, "b")
+	st := stateOf(s)
+	resp, err := cli.TimeToLive(ctx, s.Lease(), clientv3.WithAttachedKeys())
+	require.NoError(t, err)
+	for range 3 {
+		st.check(ctx)
+	}
+	for _, k := range []string{held.t.Key, waiting.Key} {
+		n, err := cli.Get(ctx, k, clientv3.WithCountOnly())
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n.Count, "%s survives the check", k)
+	}
+	assert.Len(t, resp.Keys, 2)
+	_, err = q.leave(ctx, waiting)
+	require.NoError(t, err)
+	require.NoError(t, held.Release(ctx))
+}

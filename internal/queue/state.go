@@ -3,7 +3,9 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,12 +27,12 @@ type state struct {
 	mu        sync.Mutex
 	free      []uint64
 	next      uint64
-	leftovers map[string]bool  // keys whose removal failed; their names are retired
-	epochs    map[string]epoch // queue prefix → the session's epoch there
+	busy      map[uint64]struct{} // slots handed out to an attempt and not yet released or retired
+	leftovers map[string]bool     // keys whose removal failed; their names are retired
+	epochs    map[string]epoch    // queue prefix → the session's epoch there
 
-	watchMu  sync.Mutex
-	watched  map[*Hold]struct{} // holds whose Done was called, checked at each heartbeat
-	hookOnce sync.Once
+	watchMu sync.Mutex
+	watched map[*Hold]struct{} // holds whose Done was called, checked at each heartbeat
 }
 
 // epoch is the session's epoch for one queue: the mod revision its
@@ -45,7 +47,9 @@ type stateKey struct{}
 
 func stateOf(s *session.Session) *state {
 	return local.Get(s.Context(), stateKey{}, func() *state {
-		return &state{lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client()}
+		st := &state{lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client()}
+		local.OnHeartbeat(s.Context(), st.check)
+		return st
 	})
 }
 
@@ -61,6 +65,10 @@ func (p *state) name() (slot uint64, name string) {
 		slot = p.next
 		p.next++
 	}
+	if p.busy == nil {
+		p.busy = make(map[uint64]struct{})
+	}
+	p.busy[slot] = struct{}{}
 	return slot, p.lease + "-" + strconv.FormatUint(slot, 10)
 }
 
@@ -68,7 +76,16 @@ func (p *state) name() (slot uint64, name string) {
 func (p *state) release(slot uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	delete(p.busy, slot)
 	p.free = append(p.free, slot)
+}
+
+// idle marks slot, whose name is retired, as used by no attempt: a key
+// under it is a stray that the heartbeat's check may delete.
+func (p *state) idle(slot uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.busy, slot)
 }
 
 // epoch returns the session's epoch for the queue with prefix.
@@ -150,13 +167,12 @@ func (p *state) sweep(ctx context.Context, cli *clientv3.Client) error {
 // the session's heartbeat loop, after each acknowledged keepalive, lists
 // the keys bound to the lease (one LeaseTimeToLive with keys) and ends
 // every watched hold whose key is missing: no goroutine and no watch per
-// hold, one request per heartbeat interval while any hold is watched, and
-// a deletion reported within one interval. The session's own end still
+// hold, one request per heartbeat interval (which also finds strays,
+// below), and a deletion reported within one interval. The session's own end still
 // ends every hold at once (AfterDone).
 
 // watch adds h to the holds checked at each heartbeat.
-func (st *state) watch(s *session.Session, h *Hold) {
-	st.hookOnce.Do(func() { local.OnHeartbeat(s.Context(), st.check) })
+func (st *state) watch(h *Hold) {
 	st.watchMu.Lock()
 	defer st.watchMu.Unlock()
 	if st.watched == nil {
@@ -181,9 +197,6 @@ func (st *state) check(ctx context.Context) {
 		holds = append(holds, h)
 	}
 	st.watchMu.Unlock()
-	if len(holds) == 0 {
-		return
-	}
 	resp, err := st.cli.TimeToLive(ctx, st.id, clientv3.WithAttachedKeys())
 	if err != nil || resp.TTL == -1 {
 		return // next time; a lease gone is the session's to report
@@ -197,4 +210,65 @@ func (st *state) check(ctx context.Context) {
 			h.gone()
 		}
 	}
+	_ = st.sweep(ctx, st.cli) // failures stay leftovers for the next try
+	st.removeStrays(ctx, resp.Keys)
+}
+
+// Strays.
+//
+// An enqueue can be applied after its attempt is over: etcd's client sends
+// a Txn again after a timeout while the caller's context lives, and the
+// first copy can still be applied, late, by a member that was paused with
+// it; the caller saw only the second copy succeed. Applied after that
+// attempt's Release, the copy passes every compare (the name is free
+// again, the epoch unmoved) and leaves a key of the live session that
+// nobody waits on, ahead of every later waiter, until the session ends.
+// The model in model/ found this. So the heartbeat's check also deletes
+// the session's keys under names no attempt holds: such a key is a stray,
+// whatever wrote it. A stray is removed within one heartbeat interval.
+
+// removeStrays deletes the keys among keys (the lease's) under names of
+// this session that no attempt holds. The free names among them are
+// reserved while the delete is in flight, so that no attempt takes one.
+func (st *state) removeStrays(ctx context.Context, keys [][]byte) {
+	var ops []clientv3.Op
+	var reserved []uint64
+	st.mu.Lock()
+	for _, k := range keys {
+		slot, ok := st.slotOf(string(k))
+		if !ok {
+			continue
+		}
+		if _, busy := st.busy[slot]; busy {
+			continue
+		}
+		if i := slices.Index(st.free, slot); i >= 0 {
+			st.free = slices.Delete(st.free, i, i+1)
+			reserved = append(reserved, slot)
+		}
+		ops = append(ops, clientv3.OpDelete(string(k)))
+	}
+	st.mu.Unlock()
+	if len(ops) > 0 {
+		_, _ = st.cli.Txn(ctx).Then(ops...).Commit() // a failure: next time
+	}
+	st.mu.Lock()
+	st.free = append(st.free, reserved...)
+	st.mu.Unlock()
+}
+
+// slotOf parses the slot of an entry key of this session
+// ("…/<lease>-<slot>"); other keys (epoch keys, keys the user bound to the
+// lease) do not parse.
+func (st *state) slotOf(key string) (uint64, bool) {
+	stem := st.lease + "-"
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 || !strings.HasPrefix(key[i+1:], stem) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(key[i+1+len(stem):], 10, 64)
+	if err != nil || n >= st.next {
+		return 0, false
+	}
+	return n, true
 }
