@@ -373,8 +373,15 @@ func BenchmarkSemaphoreUncontended(b *testing.B) {
 // wall time of a round divided by its grants (throughput under
 // contention, which includes each holder's own Unlock and re-enqueue), for
 // dlock and etcd's Mutex, rounds interleaved.
-func BenchmarkContended16(b *testing.B) {
-	const contenders, round = 16, 64
+func BenchmarkContended16(b *testing.B) { benchContended(b, 16) }
+
+// The same with 2 contenders: each Unlock is followed at once by the same
+// client's next enqueue, behind the other, whose grant and release often
+// come before the new waiter's watch starts.
+func BenchmarkContended2(b *testing.B) { benchContended(b, 2) }
+
+func benchContended(b *testing.B, contenders int) {
+	const round = 64
 	c := etcdtest.New(b)
 	cli := c.Client(b)
 	var ours, anchor []contender

@@ -28,7 +28,7 @@ func newRWMutex(t *testing.T, s session.Source, name string) *lock.RWMutex {
 func TestRWWriterReleaseGrantsReaderRun(t *testing.T) {
 	const run = 3
 	c := etcdtest.New(t)
-	rc := &requestCounter{n: map[int]int{}}
+	rc := newRequestCounter()
 	cfg := c.Config()
 	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept)}
 	cli := etcdtest.NewClient(t, cfg)

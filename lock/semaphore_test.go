@@ -74,7 +74,7 @@ func TestSemaphoreContention(t *testing.T) {
 func TestSemaphoreFIFOAndHerd(t *testing.T) {
 	const permits, waiters = 3, 9
 	c := etcdtest.New(t)
-	rc := &requestCounter{n: map[int]int{}}
+	rc := newRequestCounter()
 	cfg := c.Config()
 	cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept)}
 	cli := etcdtest.NewClient(t, cfg)

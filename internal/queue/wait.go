@@ -27,7 +27,7 @@ func predecessor(reads []*pb.ResponseOp) *mvccpb.KeyValue {
 // disappeared, or ctx's error. It never deletes e.
 func (q *Queue) waitFirst(ctx context.Context, e entry, pred *mvccpb.KeyValue, fromRev int64) error {
 	for pred != nil {
-		delRev, err := q.waitDelete(ctx, string(pred.Key), fromRev)
+		delRev, err := q.waitDelete(ctx, pred, fromRev)
 		if err != nil {
 			return err
 		}
@@ -72,26 +72,25 @@ func (q *Queue) check(ctx context.Context, e entry, delRev int64) (pred *mvccpb.
 	return pred, resp.Header.Revision, nil
 }
 
-// waitDelete returns when key is deleted at or after revision fromRev, with
-// the deletion's revision, or with revision 0 when the watch ends for
-// another reason (compaction, a broken stream): the caller re-reads the
-// queue either way.
-func (q *Queue) waitDelete(ctx context.Context, key string, fromRev int64) (int64, error) {
+// waitDelete returns when pred's key is deleted at or after revision
+// fromRev, with the deletion's revision (0 when it was learned by a read),
+// or with revision 0 when the watch ends for another reason (compaction, a
+// broken stream): the caller re-reads the queue either way.
+func (q *Queue) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, fromRev int64) (int64, error) {
+	key := string(pred.Key)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	// A watch from now is synced at once; if other writes came since
-	// fromRev (the created notice says), a second watch from fromRev covers
-	// them. A watch from a past revision alone lands in etcd's unsynced
-	// group, caught up every 100ms (see "Waiting" in doc.go).
+	// A watch from now is synced at once (a watch from a past revision
+	// lands in etcd's unsynced group, caught up every 100ms: see "Waiting"
+	// in doc.go). If other writes came since fromRev (the created notice
+	// says), the deletion may be among them: one read tells.
 	now := q.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	var past clientv3.WatchChan // nil until needed: a nil channel never receives
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case wr, ok = <-past:
 		case wr, ok = <-now:
 		}
 		if !ok || wr.Err() != nil {
@@ -100,8 +99,11 @@ func (q *Queue) waitDelete(ctx context.Context, key string, fromRev int64) (int6
 			}
 			return 0, nil // re-read the queue
 		}
-		if wr.Created && past == nil && wr.Header.Revision >= fromRev {
-			past = q.cli.Watch(wctx, key, clientv3.WithRev(fromRev), clientv3.WithFilterPut())
+		if wr.Created && wr.Header.Revision >= fromRev {
+			gone, err := q.gone(ctx, pred)
+			if err != nil || gone {
+				return 0, err
+			}
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == clientv3.EventTypeDelete {
@@ -111,6 +113,17 @@ func (q *Queue) waitDelete(ctx context.Context, key string, fromRev int64) (int6
 	}
 }
 
+// gone reports whether kv's key is deleted (or is another key of the same
+// name) now: a linearizable read, so that a deletion before a watch's
+// start revision is never missed.
+func (q *Queue) gone(ctx context.Context, kv *mvccpb.KeyValue) (bool, error) {
+	resp, err := q.cli.Get(ctx, string(kv.Key), clientv3.WithKeysOnly())
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != kv.CreateRevision, nil
+}
+
 // waitReader blocks until no writer precedes e (a reader). writer is the
 // last writer before e at its enqueue. Like waitFirst, it watches only that
 // writer; after its deletion it re-reads, in one Txn of two reads at one
@@ -118,7 +131,7 @@ func (q *Queue) waitDelete(ctx context.Context, key string, fromRev int64) (int6
 // (checkReader).
 func (q *Queue) waitReader(ctx context.Context, e entry, writer *mvccpb.KeyValue, fromRev int64) error {
 	for writer != nil {
-		delRev, err := q.waitDelete(ctx, string(writer.Key), fromRev)
+		delRev, err := q.waitDelete(ctx, writer, fromRev)
 		if err != nil {
 			return err
 		}
