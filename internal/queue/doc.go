@@ -77,13 +77,17 @@
 // # Waiting
 //
 // An Exclusive waiter watches only its immediate predecessor's key, so one
-// release wakes one waiter. It watches from its own create revision + 1:
-// the predecessor existed then, so its deletion comes later, and a watch
-// from a revision above the store's current one goes straight into etcd's
-// synced watcher group. A watch from an older revision lands in the
-// unsynced group, which a loop catches up every 100ms: a handoff within
-// 100ms of queueing would cost up to that much (measured ~95ms instead of
-// 0.8ms).
+// release wakes one waiter. It watches from now: a watch from a revision
+// above the store's current one goes straight into etcd's synced watcher
+// group, where a watch from an older revision lands in the unsynced
+// group, which a loop catches up every 100ms (a handoff within 100ms of
+// queueing cost up to that much: ~95ms instead of 0.8ms). If the watch's
+// created notice shows that writes came after the waiter's own enqueue,
+// the deletion may be among them, and one linearizable read of the
+// predecessor's key tells (it is gone, or another key now has its name).
+// Measured with 2 contenders looping, where the predecessor is often
+// released before the watch starts: 0.74-0.93 ms per grant, against
+// 5.4-7.7 ms with a second watch from the enqueue's revision.
 //
 // After the deletion the waiter re-reads, in one range, the queue's last
 // two entries created at or before its own: itself, then its new

@@ -256,8 +256,10 @@ func (q *Queue) waitShared(ctx context.Context, e entry, n, before int64) error 
 func (q *Queue) watchCount(ctx context.Context, e entry, n, before, fromRev int64) (int64, int64, int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	// As in waitDelete: a watch from now (synced), and one from fromRev
-	// if writes came in between. An event both report is counted once:
+	// A watch from now (synced at once, see waitDelete), and one from
+	// fromRev if writes came in between (a count cannot be had from one
+	// read of a key, as waitDelete's can; the past watch may wait for
+	// etcd's 100ms catch-up). An event both report is counted once:
 	// seen holds the deletions counted that the other watch may still
 	// report; each delivers whole revisions in order, so what both have
 	// passed is forgotten.
