@@ -152,8 +152,14 @@ func TestRedisFailoverDoubleGrant(t *testing.T) {
 //   - restart delayed by one TTL: A's grant has ended (its Done closed)
 //     before B can be granted: exclusion holds.
 func TestRedlockNodeRestartsEmpty(t *testing.T) {
-	const ttl = 3 * time.Second
+	// The immediate case needs A's grant to outlive three restarts, also
+	// on a loaded machine (at 3 s it once did not); the delayed case waits
+	// one TTL, so it keeps a short one.
 	run := func(t *testing.T, delay bool) (a, b lock.Held) {
+		ttl := 3 * time.Second
+		if !delay {
+			ttl = 10 * time.Second
+		}
 		ctx := ctxFor(t)
 		servers := redistest.StartN(t, 5)
 		clients := redistest.Clients(t, servers)
@@ -166,6 +172,10 @@ func TestRedlockNodeRestartsEmpty(t *testing.T) {
 		require.NoError(t, err)
 		a, err = ra.TryLock(ctx)
 		require.NoError(t, err, "granted by nodes 0-2")
+		// A's requests to the dead nodes 3 and 4 end first: one still
+		// retrying when node 3 comes back would land there and give A
+		// that node too.
+		require.NoError(t, ra.Drain(ctx))
 		held, err := clients[2].Exists(ctx, "dlock:{redlock}").Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(1), held, "node 2 voted for A")
@@ -182,6 +192,13 @@ func TestRedlockNodeRestartsEmpty(t *testing.T) {
 		}
 		for _, i := range []int{2, 3, 4} {
 			servers[i].Restart()
+		}
+		// Until the clients reach the restarted nodes again (go-redis
+		// backs off after failed dials), B could not be granted there.
+		for _, i := range []int{2, 3, 4} {
+			for clients[i].Ping(ctx).Err() != nil {
+				require.NoError(t, ctx.Err(), "node %d unreachable after its restart", i)
+			}
 		}
 		rb, err := redis.NewRedlock(clients, "redlock", redis.WithTTL(ttl))
 		require.NoError(t, err)
