@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/integration/oteltest"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -18,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
@@ -48,35 +49,7 @@ type metrics struct {
 // point returns the value of the data point of instrument name whose
 // attributes are exactly attrs, and whether there is one.
 func (m metrics) point(name string, attrs ...attribute.KeyValue) (float64, bool) {
-	m.t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(m.t, m.r.Collect(context.Background(), &rm))
-	want := attribute.NewSet(attrs...)
-	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != "github.com/dlock-go/dlock" {
-			continue
-		}
-		for _, mt := range sm.Metrics {
-			if mt.Name != name {
-				continue
-			}
-			switch d := mt.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					if p.Attributes.Equals(&want) {
-						return float64(p.Value), true
-					}
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					if p.Attributes.Equals(&want) {
-						return float64(p.Count), true
-					}
-				}
-			}
-		}
-	}
-	return 0, false
+	return oteltest.Point(m.t, m.r, name, attrs...)
 }
 
 func (m metrics) assert(name string, want float64, attrs ...attribute.KeyValue) {

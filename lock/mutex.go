@@ -120,7 +120,7 @@ func (b *base) acquire(ctx context.Context, q *queue.Queue, op string, try bool)
 	}
 	if err != nil {
 		err = opErr(b.name, op, false, q.Denied(err))
-		a.Failed(outcome(ctx, err), err)
+		a.Failed(telemetry.OutcomeOf(ctx, err, ErrLocked), err)
 		return nil, err
 	}
 	a.Granted(uint64(h.Rev()), h.Queued(), h.Ahead())
@@ -135,17 +135,6 @@ func (b *base) acquire(ctx context.Context, q *queue.Queue, op string, try bool)
 		tel.Ended(name, kind, err)
 	})
 	return &Grant{name: b.name, h: h}, nil
-}
-
-// outcome classifies a failed acquire for the acquire duration metric.
-func outcome(ctx context.Context, err error) string {
-	switch {
-	case errors.Is(err, ErrLocked):
-		return telemetry.Locked
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return telemetry.Canceled
-	}
-	return telemetry.Failed
 }
 
 // lossKind is the dlock.lost cause of a hold's end, or "" for a release.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
@@ -91,22 +90,11 @@ func observe(ctx context.Context, tel *telemetry.T, name, op string, fn func(ctx
 	ctx, a := tel.StartAcquire(ctx, op, name)
 	g, queued, err := fn(ctx)
 	if err != nil {
-		a.Failed(outcome(ctx, err), err)
+		a.Failed(telemetry.OutcomeOf(ctx, err, ErrLocked), err)
 		return nil, err
 	}
 	a.Granted(g.token.Seq, queued, -1)
 	return g, nil
-}
-
-// outcome classifies a failed acquire for dlock.acquire.duration.
-func outcome(ctx context.Context, err error) string {
-	switch {
-	case errors.Is(err, ErrLocked):
-		return telemetry.Locked
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return telemetry.Canceled
-	}
-	return telemetry.Failed
 }
 
 // backoff returns the n-th delay (n ≥ 1) of a jittered exponential backoff:

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/integration/oteltest"
+
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -54,35 +55,7 @@ func newObserved(t *testing.T) *observed {
 // instrument name whose attributes are exactly attrs, and whether there is
 // one.
 func (o *observed) point(name string, attrs ...attribute.KeyValue) (float64, bool) {
-	o.t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(o.t, o.r.Collect(context.Background(), &rm))
-	want := attribute.NewSet(attrs...)
-	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != "github.com/dlock-go/dlock" {
-			continue
-		}
-		for _, mt := range sm.Metrics {
-			if mt.Name != name {
-				continue
-			}
-			switch d := mt.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					if p.Attributes.Equals(&want) {
-						return float64(p.Value), true
-					}
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					if p.Attributes.Equals(&want) {
-						return float64(p.Count), true
-					}
-				}
-			}
-		}
-	}
-	return 0, false
+	return oteltest.Point(o.t, o.r, name, attrs...)
 }
 
 func (o *observed) assert(name string, want float64, attrs ...attribute.KeyValue) {

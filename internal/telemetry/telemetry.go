@@ -47,6 +47,19 @@ const (
 	Failed   = "error"
 )
 
+// OutcomeOf classifies a failed acquire: Locked when err matches locked
+// (the backend's TryLock refusal), Canceled when err is ctx's own error,
+// else Failed.
+func OutcomeOf(ctx context.Context, err, locked error) string {
+	switch {
+	case errors.Is(err, locked):
+		return Locked
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return Canceled
+	}
+	return Failed
+}
+
 // Causes of a loss and of a session's end.
 const (
 	LostSession = "session"
