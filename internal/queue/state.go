@@ -168,8 +168,8 @@ func (p *state) sweep(ctx context.Context, cli *clientv3.Client) error {
 // the keys bound to the lease (one LeaseTimeToLive with keys) and ends
 // every watched hold whose key is missing: no goroutine and no watch per
 // hold, one request per heartbeat interval (which also finds strays,
-// below), and a deletion reported within one interval. The session's own end still
-// ends every hold at once (AfterDone).
+// below), and a deletion reported within one interval. The session's own
+// end still ends every hold at once (AfterDone).
 
 // watch adds h to the holds checked at each heartbeat.
 func (st *state) watch(h *Hold) {
@@ -227,6 +227,10 @@ func (st *state) check(ctx context.Context) {
 // the session's keys under names no attempt holds: such a key is a stray,
 // whatever wrote it. A stray is removed within one heartbeat interval.
 
+// maxStrayDeletes bounds the deletes of one check's Txn, below etcd's
+// default limit of 128 operations per Txn.
+const maxStrayDeletes = 100
+
 // removeStrays deletes the keys among keys (the lease's) under names of
 // this session that no attempt holds. The free names among them are
 // reserved while the delete is in flight, so that no attempt takes one.
@@ -241,6 +245,9 @@ func (st *state) removeStrays(ctx context.Context, keys [][]byte) {
 		}
 		if _, busy := st.busy[slot]; busy {
 			continue
+		}
+		if len(ops) == maxStrayDeletes {
+			break // the rest at the next heartbeat
 		}
 		if i := slices.Index(st.free, slot); i >= 0 {
 			st.free = slices.Delete(st.free, i, i+1)
