@@ -31,8 +31,9 @@ type state struct {
 	leftovers map[string]bool     // keys whose removal failed; their names are retired
 	epochs    map[string]epoch    // queue prefix → the session's epoch there
 
-	watchMu sync.Mutex
-	watched map[*Hold]struct{} // holds whose Done was called, checked at each heartbeat
+	watchMu  sync.Mutex
+	watched  map[*Hold]struct{} // holds whose Done was called, checked at each heartbeat
+	hookOnce sync.Once          // the heartbeat's check is set
 }
 
 // epoch is the session's epoch for one queue: the mod revision its
@@ -46,11 +47,13 @@ type epoch struct {
 type stateKey struct{}
 
 func stateOf(s *session.Session) *state {
-	return local.Get(s.Context(), stateKey{}, func() *state {
-		st := &state{lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client()}
-		local.OnHeartbeat(s.Context(), st.check)
-		return st
+	st := local.Get(s.Context(), stateKey{}, func() *state {
+		return &state{lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client()}
 	})
+	// Not in the constructor: local.Get may run it twice and keep one, and
+	// the heartbeat must check the state that is kept.
+	st.hookOnce.Do(func() { local.OnHeartbeat(s.Context(), st.check) })
+	return st
 }
 
 // name reserves a key name: the lease and a slot number unique among the
