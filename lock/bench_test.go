@@ -698,3 +698,46 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	b.ReportMetric(median(dOff), "off-ns")
 	b.ReportMetric(median(dOn)/median(dOff), "x-off")
 }
+
+// Time per grant with 8 contenders looping Acquire/Release on a semaphore
+// of 2 permits (each on its own session); the Mutex with the same 8 in
+// the same loop, for scale.
+func BenchmarkSemaphoreContended8(b *testing.B) {
+	const contenders, round = 8, 64
+	c := etcdtest.New(b)
+	cli := c.Client(b)
+	var sems, mutexes []contender
+	for range contenders {
+		s := benchSession(b, cli)
+		sem, err := lock.NewSemaphore(s, "sem-contended", 2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sems = append(sems, func(ctx context.Context) (func(context.Context) error, error) {
+			h, err := sem.Acquire(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return h.Unlock, nil
+		})
+		m, err := lock.New(s, "mutex-contended")
+		if err != nil {
+			b.Fatal(err)
+		}
+		mutexes = append(mutexes, func(ctx context.Context) (func(context.Context) error, error) {
+			h, err := m.Lock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return h.Unlock, nil
+		})
+	}
+	var dSem, dMutex []time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += round {
+		dSem = append(dSem, perGrant(b, sems, round))
+		dMutex = append(dMutex, perGrant(b, mutexes, round))
+	}
+	b.ReportMetric(median(dSem), "semaphore-ns/grant")
+	b.ReportMetric(median(dMutex), "mutex-ns/grant")
+}

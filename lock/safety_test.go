@@ -24,8 +24,10 @@ import (
 type waiterID struct{}
 
 // requestCounter counts unary etcd requests per waiter, identified by a
-// context value; reads of one key (a waiter asking, as its watch starts,
-// whether its predecessor is already gone) are counted apart, in starts.
+// context value. The reads a waiter makes as its watch starts, when writes
+// came since its enqueue (a Mutex waiter's read of its predecessor's key, a
+// semaphore waiter's count of the entries before it), are counted apart,
+// in starts.
 type requestCounter struct {
 	mu     sync.Mutex
 	n      map[int]int
@@ -39,7 +41,7 @@ func newRequestCounter() *requestCounter {
 func (rc *requestCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if id, ok := ctx.Value(waiterID{}).(int); ok {
 		rc.mu.Lock()
-		if r, ok := req.(*pb.RangeRequest); ok && len(r.RangeEnd) == 0 {
+		if r, ok := req.(*pb.RangeRequest); ok && (len(r.RangeEnd) == 0 || r.Limit == 0 && r.MaxCreateRevision > 0) {
 			rc.starts[id]++
 		} else {
 			rc.n[id]++

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"math"
 	"strings"
 	"time"
 
@@ -251,37 +250,25 @@ func (q *Queue) waitShared(ctx context.Context, e entry, n, before int64) error 
 
 // watchCount follows the deletions under the prefix from fromRev, lowering
 // before for each entry older than e, until before < n (it returns the
-// last deletion's revision as delRev, and the revision to resume from) or
-// the watch breaks (before -1: the count must be read again).
+// last deletion's revision as delRev, 0 if the count came from a read, and
+// the revision to resume from) or the watch breaks (before -1: the count
+// must be read again).
 func (q *Queue) watchCount(ctx context.Context, e entry, n, before, fromRev int64) (int64, int64, int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	// A watch from now (synced at once, see waitDelete), and one from
-	// fromRev if writes came in between (a count cannot be had from one
-	// read of a key, as waitDelete's can; the past watch may wait for
-	// etcd's 100ms catch-up). An event both report is counted once:
-	// seen holds the deletions counted that the other watch may still
-	// report; each delivers whole revisions in order, so what both have
-	// passed is forgotten.
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV()}
-	var chans [2]clientv3.WatchChan // past (nil until needed), now
-	chans[1] = q.cli.Watch(wctx, q.prefix, append(opts, clientv3.WithCreatedNotify())...)
-	type event struct {
-		rev int64
-		key string
-	}
-	seen := map[event]bool{}
-	passed := [2]int64{math.MaxInt64, 0} // the last revision each watch delivered
+	// A watch from now (synced at once, see waitDelete). If writes came
+	// since fromRev (the created notice says), the count is read again, at
+	// a revision r at or after the watch's start; the watch's deletions up
+	// to r are in that count already.
+	w := q.cli.Watch(wctx, q.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+	var counted int64 // deletions at or below this revision are in before
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
-		var from int
 		select {
 		case <-ctx.Done():
 			return 0, 0, 0, ctx.Err()
-		case wr, ok = <-chans[0]:
-		case wr, ok = <-chans[1]:
-			from = 1
+		case wr, ok = <-w:
 		}
 		if !ok || wr.Err() != nil {
 			if ctx.Err() != nil {
@@ -289,36 +276,30 @@ func (q *Queue) watchCount(ctx context.Context, e entry, n, before, fromRev int6
 			}
 			return -1, 0, 0, nil
 		}
-		if wr.Created && chans[0] == nil && wr.Header.Revision >= fromRev {
-			chans[0] = q.cli.Watch(wctx, q.prefix, append(opts, clientv3.WithRev(fromRev))...)
-			passed[0] = 0
+		if wr.Created && wr.Header.Revision >= fromRev {
+			var err error
+			if before, counted, err = q.countBefore(ctx, e); err != nil {
+				return 0, 0, 0, err
+			}
+			if before < n {
+				return before, 0, counted + 1, nil
+			}
 		}
 		var last int64
 		for _, ev := range wr.Events {
-			if ev.Type != clientv3.EventTypeDelete {
+			if ev.Type != clientv3.EventTypeDelete || ev.Kv.ModRevision <= counted {
 				continue
 			}
-			passed[from] = ev.Kv.ModRevision
-			k := event{ev.Kv.ModRevision, string(ev.Kv.Key)}
-			if seen[k] {
-				continue // counted from the other watch
-			}
-			seen[k] = true
 			prev := ev.PrevKv
 			switch {
 			case prev == nil: // no previous value: the count is unknown
 				return -1, 0, 0, nil
-			case prev.CreateRevision == e.Rev && k.key == e.Key:
+			case prev.CreateRevision == e.Rev && string(ev.Kv.Key) == e.Key:
 				return 0, 0, 0, ErrEntryGone
 			case prev.CreateRevision < e.Rev:
 				before--
 			}
-			last = k.rev
-		}
-		for k := range seen {
-			if k.rev <= min(passed[0], passed[1]) {
-				delete(seen, k)
-			}
+			last = ev.Kv.ModRevision
 		}
 		if before < n {
 			return before, last, last + 1, nil
