@@ -109,6 +109,18 @@
 // session's Done closes, even while etcd is unreachable (the watch may be
 // broken then, and a plain ctx would hang).
 //
+// # Semaphores
+//
+// A semaphore's waiter (Shared) is granted when fewer than n entries
+// precede it. Its enqueue reads that count in the same Txn; then one watch
+// on the whole prefix, with previous values, lowers the count for each
+// deletion of an older entry, so a release makes only the waiter it grants
+// issue a request (checkShared, to confirm). The watch starts from now
+// (synced); if writes came since the count, the waiter counts again once
+// and skips the watch's deletions up to that read's revision. Measured
+// with 8 contenders on 2 permits: 0.56-0.58 ms per grant, against
+// 9.3-9.9 ms with a second watch from the past revision.
+//
 // # Holds
 //
 // A Hold ends in the session's AfterDone hook, synchronously, before the
