@@ -120,9 +120,12 @@ func (st *Sentinel) sentinelMaster(ctx context.Context, s *Server) (map[string]s
 
 // Addrs returns the sentinels' addresses, for goredis.FailoverOptions'
 // SentinelAddrs or a redis+sentinel:// DSN.
-func (st *Sentinel) Addrs() []string {
-	addrs := make([]string, len(st.Sentinels))
-	for i, s := range st.Sentinels {
+func (st *Sentinel) Addrs() []string { return addrsOf(st.Sentinels) }
+
+// addrsOf returns the servers' addresses.
+func addrsOf(servers []*Server) []string {
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
 		addrs[i] = s.Addr()
 	}
 	return addrs
@@ -321,13 +324,7 @@ func sameFields(a, b string) bool {
 
 // Addrs returns the nodes' addresses, the seeds for goredis.ClusterOptions'
 // Addrs or a redis+cluster:// DSN.
-func (cl *Cluster) Addrs() []string {
-	addrs := make([]string, len(cl.Nodes))
-	for i, n := range cl.Nodes {
-		addrs[i] = n.Addr()
-	}
-	return addrs
-}
+func (cl *Cluster) Addrs() []string { return addrsOf(cl.Nodes) }
 
 // Client returns a new cluster client (goredis.NewClusterClient) seeded
 // with every node; it honours ctx deadlines and is closed when t ends.
