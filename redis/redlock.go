@@ -172,7 +172,8 @@ type round struct {
 // fanout sends fn to nodes, each in a task with ctx bounded by the node
 // timeout, and decides as soon as every node answered, enough (called with
 // the tally of the replies so far) says the outcome is settled, the node
-// timeout passed, or ctx ended. Nodes that had not answered by then are
+// timeout passed, or ctx ended. Each node's request is bounded by the node
+// timeout alone, whatever becomes of ctx. Nodes that had not answered by then are
 // stragglers: their task goes on until the node answers or go-redis gives
 // up, and late (if not nil) then receives the reply. It returns the round
 // and the tally at the decision, in which a node that had not answered
@@ -186,7 +187,12 @@ func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ct
 	}
 	for _, i := range nodes {
 		r.tasks.goTask(func() {
-			nctx, cancel := context.WithTimeout(ctx, r.o.nodeTimeout)
+			// Bounded by the node timeout, not by ctx: the caller cancels
+			// ctx once the round is decided (defer cancel()), and a
+			// straggler must still reach its node (a release above all:
+			// go-redis drops a command that waits for a connection when
+			// its ctx ends).
+			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.nodeTimeout)
 			n, err := fn(nctx, r.clients[i])
 			cancel()
 			rd.mu.Lock()

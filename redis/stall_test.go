@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,4 +196,49 @@ func TestMutexStalledNode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "the late release deleted the key")
 	assert.NoError(t, h.Unlock(ctx), "the late release settled the grant: Unlock reports it released")
+}
+
+// TestRedlockReleaseOutlivesCallerCtx: Unlock decides at a majority and
+// returns; the caller then cancels its ctx, as every caller does (defer
+// cancel()). The release on the node that had not answered yet still
+// runs: a node's request is bounded by the node timeout, not by the
+// caller's ctx. Node 2's client has one connection, held by a BLPOP, so
+// that its release is still waiting for a connection when Unlock returns.
+// With the node requests bounded by the caller's ctx (as before) it fails:
+// go-redis drops a command still waiting for a connection when its ctx
+// ends, and node 2 keeps the key until its TTL (CI saw that in
+// TestRunRedlock).
+func TestRedlockReleaseOutlivesCallerCtx(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const name = "outlives"
+	servers := redistest.StartN(t, 3)
+	clients := defaultClients(t, servers)
+	one := goredis.NewClient(&goredis.Options{Addr: servers[2].Addr(), PoolSize: 1, PoolTimeout: 30 * time.Second})
+	t.Cleanup(func() { one.Close() })
+	clients[2] = one
+	r, err := redis.NewRedlock(clients, name, redis.WithTTL(time.Minute))
+	require.NoError(t, err)
+	drainAtEnd(t, r)
+
+	h, err := r.Lock(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, keyCount(ctx, t, servers, name))
+
+	// Hold node 2's only connection in a BLPOP until the push below.
+	blocked := make(chan error, 1)
+	go func() { blocked <- one.BLPop(context.WithoutCancel(ctx), 0, "outlives-gate").Err() }()
+	admin := servers[2].Client(t)
+	require.Eventually(t, func() bool {
+		info, err := admin.Info(ctx, "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:1")
+	}, 10*time.Second, 5*time.Millisecond, "the BLPOP holds node 2's connection")
+
+	uctx, ucancel := context.WithCancel(ctx)
+	require.NoError(t, h.Unlock(uctx), "released on nodes 0 and 1")
+	ucancel()
+	require.NoError(t, admin.LPush(ctx, "outlives-gate", "go").Err())
+	require.NoError(t, <-blocked)
+	drain(t, r)
+	assert.Zero(t, keyCount(ctx, t, servers, name), "node 2's release ran after the caller's ctx ended")
 }
