@@ -21,7 +21,7 @@ type drainer interface {
 }
 
 // drain waits, bounded, for d's stragglers.
-func drain(t *testing.T, d drainer) {
+func drain(t testing.TB, d drainer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
 	defer cancel()

@@ -1,0 +1,304 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/integration/redistest"
+	"github.com/dlock-go/dlock/redis"
+)
+
+// The anchor benchmarks run dlock and its peers (bsm/redislock on one
+// node, go-redsync/redsync over five) interleaved in one loop on the same
+// servers, so that machine noise hits both alike, and report the median of
+// each and the ratio of the medians (x-<anchor>: below 1 is dlock ahead).
+// ns/op is the sum of both and not the figure to read.
+
+// lockFn acquires a lock and returns its unlock.
+type lockFn func(ctx context.Context) (unlock func(context.Context) error, err error)
+
+func medianOf(d []time.Duration) float64 {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return float64(s[len(s)/2])
+}
+
+// interleave runs each contender once per iteration, in alternating order,
+// and reports the medians and ours/anchor.
+func interleave(b *testing.B, ours, anchor string, round func(i int) (time.Duration, time.Duration)) {
+	var do, da []time.Duration
+	for i := 0; b.Loop(); i++ {
+		o, a := round(i)
+		do, da = append(do, o), append(da, a)
+	}
+	mo, ma := medianOf(do), medianOf(da)
+	b.ReportMetric(mo, ours+"-ns")
+	b.ReportMetric(ma, anchor+"-ns")
+	b.ReportMetric(mo/ma, "x-"+anchor)
+}
+
+// timeLockUnlock returns how long one Lock+Unlock of l took.
+func timeLockUnlock(b *testing.B, ctx context.Context, l lockFn) time.Duration {
+	t0 := time.Now()
+	unlock, err := l(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0)
+}
+
+// uncontended measures ours and anchor's Lock+Unlock, alternating which
+// goes first.
+func uncontended(b *testing.B, ours, anchor lockFn, anchorName string) {
+	ctx := b.Context()
+	interleave(b, "dlock", anchorName, func(i int) (o, a time.Duration) {
+		if i%2 == 0 {
+			o = timeLockUnlock(b, ctx, ours)
+			a = timeLockUnlock(b, ctx, anchor)
+		} else {
+			a = timeLockUnlock(b, ctx, anchor)
+			o = timeLockUnlock(b, ctx, ours)
+		}
+		return o, a
+	})
+}
+
+func mutexFn(b *testing.B, c goredis.UniversalClient, name string) lockFn {
+	m, err := redis.New(c, name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		h, err := m.Lock(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return h.Unlock, nil
+	}
+}
+
+func redlockFn(b *testing.B, cs []goredis.UniversalClient, name string) lockFn {
+	r, err := redis.NewRedlock(cs, name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { drain(b, r) })
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		h, err := r.Lock(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return h.Unlock, nil
+	}
+}
+
+// redislockFn is bsm/redislock with dlock's default TTL and, for waiting,
+// a linear 10 ms retry (its README's example; it has no notification).
+func redislockFn(c goredis.UniversalClient, key string) lockFn {
+	rl := redislock.New(c)
+	opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)}
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		l, err := rl.Obtain(ctx, key, redis.DefaultTTL, opt)
+		if err != nil {
+			return nil, err
+		}
+		return l.Release, nil
+	}
+}
+
+// redsyncFn is go-redsync/redsync over cs with dlock's default TTL and its
+// own retry defaults (32 tries, 50–250 ms apart).
+func redsyncFn(cs []goredis.UniversalClient, name string) lockFn {
+	pools := make([]redsyncredis.Pool, len(cs))
+	for i, c := range cs {
+		pools[i] = redsyncgoredis.NewPool(c)
+	}
+	rs := redsync.New(pools...)
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		m := rs.NewMutex(name, redsync.WithExpiry(redis.DefaultTTL))
+		if err := m.LockContext(ctx); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			ok, err := m.UnlockContext(ctx)
+			if err == nil && !ok {
+				err = errors.New("redsync: not unlocked")
+			}
+			return err
+		}, nil
+	}
+}
+
+// BenchmarkVsRedislock: uncontended Lock+Unlock on one Redis node, dlock's
+// Mutex (with its fencing token) against bsm/redislock (none).
+func BenchmarkVsRedislock(b *testing.B) {
+	s := redistest.Start(b)
+	c := s.Client(b)
+	uncontended(b, mutexFn(b, c, "bench/vs"), redislockFn(c, "anchor/vs"), "redislock")
+}
+
+// BenchmarkVsRedsync: uncontended Lock+Unlock over five independent Redis
+// nodes, dlock's Redlock against go-redsync/redsync.
+func BenchmarkVsRedsync(b *testing.B) {
+	servers := redistest.StartN(b, 5)
+	cs := redistest.Clients(b, servers)
+	uncontended(b, redlockFn(b, cs, "bench/vs"), redsyncFn(cs, "anchor/vs"), "redsync")
+}
+
+// handoff measures one handoff of l between two handles a and b (lockFns
+// of one lock): a holds; a waiter on b starts, settles (outside the
+// measured time), a unlocks, and the time until b's Lock returns is the
+// handoff. b then unlocks.
+func handoff(b *testing.B, ctx context.Context, holder, waiter lockFn) time.Duration {
+	unlock, err := holder(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type grant struct {
+		unlock func(context.Context) error
+		at     time.Time
+		err    error
+	}
+	got := make(chan grant, 1)
+	go func() {
+		u, err := waiter(ctx)
+		got <- grant{u, time.Now(), err}
+	}()
+	time.Sleep(settle) // a benchmark's pacing, not synchronisation: the result is read from got
+	released := time.Now()
+	if err := unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	g := <-got
+	if g.err != nil {
+		b.Fatal(g.err)
+	}
+	d := g.at.Sub(released)
+	if err := g.unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// BenchmarkHandoffVsRedislock: Unlock → the already waiting Lock returns,
+// on one Redis node: dlock's Mutex (woken by the release's PUBLISH)
+// against bsm/redislock retrying every 10 ms.
+func BenchmarkHandoffVsRedislock(b *testing.B) {
+	s := redistest.Start(b)
+	ctx := b.Context()
+	oa, ob := mutexFn(b, s.Client(b), "bench/handoff"), mutexFn(b, s.Client(b), "bench/handoff")
+	aa, ab := redislockFn(s.Client(b), "anchor/handoff"), redislockFn(s.Client(b), "anchor/handoff")
+	interleave(b, "dlock", "redislock", func(i int) (o, a time.Duration) {
+		if i%2 == 0 {
+			return handoff(b, ctx, oa, ob), handoff(b, ctx, aa, ab)
+		}
+		a = handoff(b, ctx, aa, ab)
+		return handoff(b, ctx, oa, ob), a
+	})
+}
+
+// BenchmarkHandoffVsRedsync: the same over five nodes, dlock's Redlock
+// against go-redsync/redsync with its default retry delay (50–250 ms).
+func BenchmarkHandoffVsRedsync(b *testing.B) {
+	servers := redistest.StartN(b, 5)
+	ctx := b.Context()
+	oa, ob := redlockFn(b, redistest.Clients(b, servers), "bench/handoff"), redlockFn(b, redistest.Clients(b, servers), "bench/handoff")
+	cs := redistest.Clients(b, servers)
+	aa, ab := redsyncFn(cs, "anchor/handoff"), redsyncFn(redistest.Clients(b, servers), "anchor/handoff")
+	interleave(b, "dlock", "redsync", func(i int) (o, a time.Duration) {
+		if i%2 == 0 {
+			return handoff(b, ctx, oa, ob), handoff(b, ctx, aa, ab)
+		}
+		a = handoff(b, ctx, aa, ab)
+		return handoff(b, ctx, oa, ob), a
+	})
+}
+
+// acquireCounter is a go-redis hook that counts acquire attempts: the
+// EVAL/EVALSHA calls with two keys (dlock's acquire script; its release
+// and extend take one, redislock's obtain takes one).
+type acquireCounter struct{ n atomic.Int64 }
+
+func (*acquireCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (*acquireCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func (a *acquireCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		args := cmd.Args()
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && len(args) > 2 && fmt.Sprint(args[2]) == "2" {
+			a.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// contended runs waiters goroutines, each with its own lockFn on one lock,
+// looping Lock → Unlock until grants grants in all, and returns the time
+// per grant.
+func contended(b *testing.B, fns []lockFn, grants int) time.Duration {
+	ctx := b.Context()
+	var left atomic.Int64
+	left.Store(int64(grants))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, l := range fns {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				unlock, err := l(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start) / time.Duration(grants)
+}
+
+// BenchmarkContended16VsRedislock: 16 contenders looping Lock → Unlock on
+// one lock on one Redis node, time per grant: dlock's Mutex (a release
+// PUBLISHes to every waiter: a herd, counted as acquire attempts per
+// grant) against bsm/redislock retrying every 10 ms.
+func BenchmarkContended16VsRedislock(b *testing.B) {
+	const contenders, grants = 16, 64
+	s := redistest.Start(b)
+	var count acquireCounter
+	c := s.Client(b)
+	c.AddHook(&count)
+	ours, anchor := make([]lockFn, contenders), make([]lockFn, contenders)
+	for i := range contenders {
+		ours[i] = mutexFn(b, c, "bench/contended")
+		anchor[i] = redislockFn(c, "anchor/contended")
+	}
+	var attempts, n int64
+	interleave(b, "dlock", "redislock", func(i int) (o, a time.Duration) {
+		before := count.n.Load()
+		o = contended(b, ours, grants)
+		attempts, n = attempts+count.n.Load()-before, n+grants
+		a = contended(b, anchor, grants)
+		return o, a
+	})
+	b.ReportMetric(float64(attempts)/float64(n), "dlock-attempts/grant")
+}
