@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ import (
 
 // TestRedisDSNForms opens a Client through every Redis DSN form, against
 // real servers of each shape (one node, a Sentinel setup, a Cluster, three
-// Redlock nodes; plaintext and TLS), and locks through it.
+// Redlock nodes; plaintext and TLS), and locks through it; its Election
+// fails with an error matching errors.ErrUnsupported.
 func TestRedisDSNForms(t *testing.T) {
 	certs := tlstest.New(t)
 	tlsQuery := func(q url.Values) string {
@@ -75,6 +77,9 @@ func TestRedisDSNForms(t *testing.T) {
 			h, err := l.TryLock(ctx)
 			require.NoError(t, err, "free again after Do")
 			require.NoError(t, h.Unlock(ctx))
+			_, err = c.Election("leader")
+			assert.ErrorIs(t, err, errors.ErrUnsupported, "Redis has no elections")
+			assert.ErrorContains(t, err, "elections need etcd")
 			require.NoError(t, c.Close(ctx))
 		})
 	}

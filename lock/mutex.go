@@ -99,13 +99,22 @@ func (m *Mutex) Capabilities() Capabilities {
 // error matching ErrSessionDone and never the lock; if the attempt's key is
 // deleted while waiting, one matching ErrKeyDeleted.
 func (m *Mutex) Lock(ctx context.Context) (Held, error) {
-	return m.acquire(ctx, m.q, "lock", false)
+	return held(m.acquire(ctx, m.q, "lock", false))
 }
 
 // TryLock acquires the lock if nobody holds or waits for it, in one round
 // trip; otherwise it returns an error matching ErrLocked and creates no key.
 func (m *Mutex) TryLock(ctx context.Context) (Held, error) {
-	return m.acquire(ctx, m.q, "try lock", true)
+	return held(m.acquire(ctx, m.q, "try lock", true))
+}
+
+// held returns g as a Held: nil if the acquire failed, not a nil *Grant in
+// a non-nil interface (which a caller's h != nil would take for a grant).
+func held(g *Grant, err error) (Held, error) {
+	if g == nil {
+		return nil, err
+	}
+	return g, err
 }
 
 // acquire runs q's acquire for op, on the session the source gives, and

@@ -194,3 +194,42 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 		require.NoError(t, held[i].Unlock(ctx))
 	}
 }
+
+// TestLockKeyDeletedWhileWaiting: a waiter whose key is deleted behind its
+// back (etcd #19597) is not granted when its predecessor leaves: Lock
+// fails with ErrKeyDeleted, which does not match ErrLockLost (it never
+// held the lock), and nothing of it is left.
+func TestLockKeyDeletedWhileWaiting(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := etcdtest.Context(t)
+	holder := newMutex(t, etcdtest.Session(t, cli), "gone")
+	h, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	waiter := newMutex(t, etcdtest.Session(t, cli), "gone")
+
+	w := etcdtest.WatchPuts(t, cli, waiter.Prefix())
+	got := make(chan error, 1)
+	go func() {
+		wh, err := waiter.Lock(ctx)
+		if wh != nil {
+			_ = wh.Unlock(ctx)
+		}
+		got <- err
+	}()
+	wr := <-w
+	require.NoError(t, wr.Err())
+	require.Len(t, wr.Events, 1, "the waiter's enqueue")
+	_, err = cli.Delete(ctx, string(wr.Events[0].Kv.Key))
+	require.NoError(t, err)
+	require.NoError(t, h.Unlock(ctx))
+
+	select {
+	case err = <-got:
+	case <-ctx.Done():
+		t.Fatal("the waiter's Lock did not return")
+	}
+	require.ErrorIs(t, err, lock.ErrKeyDeleted)
+	assert.NotErrorIs(t, err, lock.ErrLockLost, "a waiter never held the lock")
+	assert.Zero(t, etcdtest.KeyCount(t, cli, waiter.Prefix()), "no key left")
+}

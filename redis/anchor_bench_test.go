@@ -49,6 +49,17 @@ func interleave(b *testing.B, ours, anchor string, round func(i int) (time.Durat
 	b.ReportMetric(mo/ma, "x-"+anchor)
 }
 
+// alternate runs ours and anchor, ours first in even rounds i and anchor
+// first in odd ones, and returns their times.
+func alternate(i int, ours, anchor func() time.Duration) (o, a time.Duration) {
+	if i%2 == 0 {
+		o = ours()
+		return o, anchor()
+	}
+	a = anchor()
+	return ours(), a
+}
+
 // timeLockUnlock returns how long one Lock+Unlock of l took.
 func timeLockUnlock(b *testing.B, ctx context.Context, l lockFn) time.Duration {
 	t0 := time.Now()
@@ -67,14 +78,8 @@ func timeLockUnlock(b *testing.B, ctx context.Context, l lockFn) time.Duration {
 func uncontended(b *testing.B, ours, anchor lockFn, anchorName string) {
 	ctx := b.Context()
 	interleave(b, "dlock", anchorName, func(i int) (o, a time.Duration) {
-		if i%2 == 0 {
-			o = timeLockUnlock(b, ctx, ours)
-			a = timeLockUnlock(b, ctx, anchor)
-		} else {
-			a = timeLockUnlock(b, ctx, anchor)
-			o = timeLockUnlock(b, ctx, ours)
-		}
-		return o, a
+		return alternate(i, func() time.Duration { return timeLockUnlock(b, ctx, ours) },
+			func() time.Duration { return timeLockUnlock(b, ctx, anchor) })
 	})
 }
 
@@ -204,11 +209,8 @@ func BenchmarkHandoffVsRedislock(b *testing.B) {
 	oa, ob := mutexFn(b, s.Client(b), "bench/handoff"), mutexFn(b, s.Client(b), "bench/handoff")
 	aa, ab := redislockFn(s.Client(b), "anchor/handoff"), redislockFn(s.Client(b), "anchor/handoff")
 	interleave(b, "dlock", "redislock", func(i int) (o, a time.Duration) {
-		if i%2 == 0 {
-			return handoff(b, ctx, oa, ob), handoff(b, ctx, aa, ab)
-		}
-		a = handoff(b, ctx, aa, ab)
-		return handoff(b, ctx, oa, ob), a
+		return alternate(i, func() time.Duration { return handoff(b, ctx, oa, ob) },
+			func() time.Duration { return handoff(b, ctx, aa, ab) })
 	})
 }
 
@@ -221,11 +223,8 @@ func BenchmarkHandoffVsRedsync(b *testing.B) {
 	cs := redistest.Clients(b, servers)
 	aa, ab := redsyncFn(cs, "anchor/handoff"), redsyncFn(redistest.Clients(b, servers), "anchor/handoff")
 	interleave(b, "dlock", "redsync", func(i int) (o, a time.Duration) {
-		if i%2 == 0 {
-			return handoff(b, ctx, oa, ob), handoff(b, ctx, aa, ab)
-		}
-		a = handoff(b, ctx, aa, ab)
-		return handoff(b, ctx, oa, ob), a
+		return alternate(i, func() time.Duration { return handoff(b, ctx, oa, ob) },
+			func() time.Duration { return handoff(b, ctx, aa, ab) })
 	})
 }
 
@@ -294,11 +293,12 @@ func BenchmarkContended16VsRedislock(b *testing.B) {
 	}
 	var attempts, n int64
 	interleave(b, "dlock", "redislock", func(i int) (o, a time.Duration) {
-		before := count.n.Load()
-		o = contended(b, ours, grants)
-		attempts, n = attempts+count.n.Load()-before, n+grants
-		a = contended(b, anchor, grants)
-		return o, a
+		return alternate(i, func() time.Duration {
+			before := count.n.Load()
+			d := contended(b, ours, grants)
+			attempts, n = attempts+count.n.Load()-before, n+grants
+			return d
+		}, func() time.Duration { return contended(b, anchor, grants) })
 	})
 	b.ReportMetric(float64(attempts)/float64(n), "dlock-attempts/grant")
 }

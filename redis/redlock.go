@@ -169,11 +169,11 @@ type round struct {
 	wake  chan struct{} // a reply arrived (coalesced)
 }
 
-// fanout sends fn to nodes, each in a task with ctx bounded by the node
-// timeout, and decides as soon as every node answered, enough (called with
-// the tally of the replies so far) says the outcome is settled, the node
-// timeout passed, or ctx ended. Each node's request is bounded by the node
-// timeout alone, whatever becomes of ctx. Nodes that had not answered by then are
+// fanout sends fn to nodes, each in a task whose ctx keeps ctx's values and
+// is bounded by the node timeout alone, whatever becomes of ctx, and
+// decides as soon as every node answered, enough (called with the tally of
+// the replies so far) says the outcome is settled, the node timeout
+// passed, or ctx ended. Nodes that had not answered by then are
 // stragglers: their task goes on until the node answers or go-redis gives
 // up, and late (if not nil) then receives the reply. It returns the round
 // and the tally at the decision, in which a node that had not answered

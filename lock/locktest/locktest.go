@@ -176,8 +176,9 @@ func (s *suite) tryLock(t *testing.T) {
 	require.NoError(t, err, "TryLock on a free lock")
 	assert.False(t, isClosed(h1.Done()), "Done closed while held")
 
-	_, err = l2.TryLock(ctx)
+	h, err := l2.TryLock(ctx)
 	assert.ErrorIs(t, err, lock.ErrLocked, "TryLock through another handle while held")
+	assert.True(t, h == nil, "a refused TryLock returns a nil Held, not a nil pointer in a non-nil interface (got %#v)", h)
 	_, err = l1.TryLock(ctx)
 	assert.ErrorIs(t, err, lock.ErrLocked, "TryLock through the same handle while held")
 

@@ -70,8 +70,9 @@ func (s *semSuite) permits(t *testing.T) {
 		}
 		held = append(held, h)
 	}
-	_, err := s.b.New(t, nm, n).TryAcquire(ctx)
+	refused, err := s.b.New(t, nm, n).TryAcquire(ctx)
 	assert.ErrorIs(t, err, lock.ErrLocked, "TryAcquire with every permit taken")
+	assert.True(t, refused == nil, "a refused TryAcquire returns a nil Held (got %#v)", refused)
 	require.NoError(t, held[1].Unlock(ctx))
 	h, err := sem.TryAcquire(ctx)
 	require.NoError(t, err, "TryAcquire after a release")
@@ -214,8 +215,9 @@ func (s *rwSuite) readersShare(t *testing.T) {
 		require.NoError(t, err, "TryRLock beside other readers")
 		held = append(held, h)
 	}
-	_, err := s.b.New(t, nm).TryLock(ctx)
+	refused, err := s.b.New(t, nm).TryLock(ctx)
 	assert.ErrorIs(t, err, lock.ErrLocked, "TryLock while readers hold")
+	assert.True(t, refused == nil, "a refused TryLock returns a nil Held (got %#v)", refused)
 	for _, h := range held {
 		assert.NoError(t, h.Unlock(ctx))
 	}
