@@ -165,6 +165,8 @@ func TestSwitchBackends(t *testing.T) {
 				ran = true
 				_, err := l.TryLock(ctx)
 				assert.ErrorIs(t, err, lock.ErrLocked)
+				// One message shape on every backend: pkg: "name": op: cause.
+				assert.Regexp(t, `^(lock|redis): "jobs/nightly": try lock: `, err.Error())
 				assert.Equal(t, l.Capabilities().FencingTokens, h.Token().Seq != 0)
 				return nil
 			}))

@@ -18,11 +18,12 @@ import (
 
 // attempter is what the Lock loop needs from a backend.
 type attempter interface {
-	// attempt makes one acquire attempt, as the waiter wid ("" for none:
+	// attempt makes one acquire attempt for op ("lock" or "try lock", which
+	// its errors name), as the waiter wid ("" for none:
 	// the first attempt of a Lock, and TryLock). On contention it returns
 	// an error matching ErrLocked and, if known, how long the current
 	// grant has left.
-	attempt(ctx context.Context, wid string) (g *Grant, retryIn time.Duration, err error)
+	attempt(ctx context.Context, op, wid string) (g *Grant, retryIn time.Duration, err error)
 	// subscribe starts listening for the releases that concern waiter wid.
 	subscribe(ctx context.Context, wid string) *waker
 	// leave unregisters waiter wid, in the background, when its Lock gives up.
@@ -39,7 +40,7 @@ func acquire(ctx context.Context, a attempter, name string, o *options) (g *Gran
 	if err := ctx.Err(); err != nil {
 		return nil, false, errs.New("redis", name, "lock", err)
 	}
-	g, retryIn, err := a.attempt(ctx, "")
+	g, retryIn, err := a.attempt(ctx, "lock", "")
 	if g != nil {
 		return g, false, nil
 	}
@@ -77,7 +78,7 @@ func acquire(ctx context.Context, a attempter, name string, o *options) (g *Gran
 			}
 			t.Stop()
 		}
-		g, retryIn, err = a.attempt(ctx, wid)
+		g, retryIn, err = a.attempt(ctx, "lock", wid)
 		if g != nil {
 			return g, true, nil
 		}

@@ -66,7 +66,7 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // because another grant holds the lock there, and ErrLockLost when a
 // majority no longer holds this grant (Extend, Unlock).
 type QuorumError struct {
-	Op     string       // "lock", "extend" or "unlock"
+	Op     string       // "lock", "try lock", "extend" or "unlock"
 	Name   string       // the lock name
 	OK     int          // nodes that acted on the request
 	Quorum int          // nodes needed: N/2+1
@@ -79,11 +79,14 @@ type QuorumError struct {
 }
 
 // Error says how many nodes acted and why the others did not.
+// acquiring reports whether e is an acquire's (Lock or TryLock).
+func (e *QuorumError) acquiring() bool { return e.Op == "lock" || e.Op == "try lock" }
+
 func (e *QuorumError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "redis: %q: %s: no quorum: %d of %d nodes, need %d", e.Name, e.Op, e.OK, e.Nodes, e.Quorum)
 	if e.Held > 0 {
-		if e.Op == "lock" {
+		if e.acquiring() {
 			fmt.Fprintf(&b, "; held by another grant on %d", e.Held)
 		} else {
 			fmt.Fprintf(&b, "; grant gone on %d", e.Held)
@@ -103,10 +106,10 @@ func (e *QuorumError) Error() string {
 // QuorumError, and every node error.
 func (e *QuorumError) Unwrap() []error {
 	errs := []error{ErrNoQuorum}
-	if e.Held > 0 && e.Op == "lock" {
+	if e.Held > 0 && e.acquiring() {
 		errs = append(errs, ErrLocked)
 	}
-	if e.Op != "lock" && e.Held > e.Nodes-e.Quorum {
+	if !e.acquiring() && e.Held > e.Nodes-e.Quorum {
 		errs = append(errs, ErrLockLost)
 	}
 	for _, ne := range e.Errs {

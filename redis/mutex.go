@@ -105,7 +105,7 @@ func (m *Mutex) TryLock(ctx context.Context) (lock.Held, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, false, errs.New("redis", m.name, "try lock", err)
 		}
-		g, _, err := m.attempt(ctx, "")
+		g, _, err := m.attempt(ctx, "try lock", "")
 		return g, false, err
 	})
 }
@@ -139,7 +139,7 @@ type acquireReply struct {
 	n       int64 // the token if granted, else the holder's remaining validity (ms)
 }
 
-func (m *Mutex) attempt(ctx context.Context, wid string) (*Grant, time.Duration, error) {
+func (m *Mutex) attempt(ctx context.Context, op, wid string) (*Grant, time.Duration, error) {
 	value := newValue(m.o.owner)
 	start := time.Now()
 	r, err, ok := call(ctx, &m.tasks, m.o.nodeTimeout, func() (acquireReply, error) { return m.grant(ctx, value, wid) },
@@ -151,25 +151,25 @@ func (m *Mutex) attempt(ctx context.Context, wid string) (*Grant, time.Duration,
 			}
 		})
 	if !ok {
-		return nil, 0, errs.New("redis", m.name, "lock", err)
+		return nil, 0, errs.New("redis", m.name, op, err)
 	}
 	if err != nil {
 		// The script may have run although we saw no reply (a timeout):
 		// delete what may be ours.
 		m.cleanup(ctx, value)
-		return nil, 0, errs.New("redis", m.name, "lock", err)
+		return nil, 0, errs.New("redis", m.name, op, err)
 	}
 	if !r.granted {
-		return nil, time.Duration(r.n) * time.Millisecond, errs.New("redis", m.name, "lock", ErrLocked)
+		return nil, time.Duration(r.n) * time.Millisecond, errs.New("redis", m.name, op, ErrLocked)
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		// Granted after the caller's ctx ended: give it back.
 		m.cleanup(ctx, value)
-		return nil, 0, errs.New("redis", m.name, "lock", cerr)
+		return nil, 0, errs.New("redis", m.name, op, cerr)
 	}
 	if !time.Now().Before(start.Add(m.o.ttl - m.o.driftAllowance())) {
 		m.cleanup(ctx, value)
-		return nil, 0, errs.New("redis", m.name, "lock", fmt.Errorf("no validity left after the acquire round trip (ttl %v)", m.o.ttl))
+		return nil, 0, errs.New("redis", m.name, op, fmt.Errorf("no validity left after the acquire round trip (ttl %v)", m.o.ttl))
 	}
 	return newGrant(m.name, uint64(r.n), value, m, &m.o, start, m.tel), 0, nil
 }

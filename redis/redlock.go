@@ -130,7 +130,7 @@ func (r *Redlock) TryLock(ctx context.Context) (lock.Held, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, false, errs.New("redis", r.name, "try lock", err)
 		}
-		g, _, err := r.attempt(ctx, "")
+		g, _, err := r.attempt(ctx, "try lock", "")
 		return g, false, err
 	})
 }
@@ -272,7 +272,7 @@ func (r *Redlock) allNodes() []int {
 	return nodes
 }
 
-func (r *Redlock) attempt(ctx context.Context, _ string) (*Grant, time.Duration, error) {
+func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Duration, error) {
 	value := newValue(r.o.owner)
 	start := time.Now()
 	setNX := func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
@@ -299,7 +299,7 @@ func (r *Redlock) attempt(ctx context.Context, _ string) (*Grant, time.Duration,
 		defer cancel()
 		_, _ = r.releaseOn(cctx, r.clients[i], value)
 	}
-	rd, qe := r.fanout(ctx, "lock", r.allNodes(), setNX, r.settled, late)
+	rd, qe := r.fanout(ctx, op, r.allNodes(), setNX, r.settled, late)
 	validity := r.o.ttl - time.Since(start) - r.o.driftAllowance()
 	if qe.OK >= r.quorum && validity > 0 {
 		rd.mu.Lock()
