@@ -99,28 +99,20 @@ func (m *Mutex) Capabilities() Capabilities {
 // error matching ErrSessionDone and never the lock; if the attempt's key is
 // deleted while waiting, one matching ErrKeyDeleted.
 func (m *Mutex) Lock(ctx context.Context) (Held, error) {
-	return held(m.acquire(ctx, m.q, "lock", false))
+	return m.acquire(ctx, m.q, "lock", false)
 }
 
 // TryLock acquires the lock if nobody holds or waits for it, in one round
 // trip; otherwise it returns an error matching ErrLocked and creates no key.
 func (m *Mutex) TryLock(ctx context.Context) (Held, error) {
-	return held(m.acquire(ctx, m.q, "try lock", true))
-}
-
-// held returns g as a Held: nil if the acquire failed, not a nil *Grant in
-// a non-nil interface (which a caller's h != nil would take for a grant).
-func held(g *Grant, err error) (Held, error) {
-	if g == nil {
-		return nil, err
-	}
-	return g, err
+	return m.acquire(ctx, m.q, "try lock", true)
 }
 
 // acquire runs q's acquire for op, on the session the source gives, and
-// returns the grant; it records the acquire's span and metrics, and the
-// grant's end.
-func (b *base) acquire(ctx context.Context, q *queue.Queue, op string, try bool) (*Grant, error) {
+// returns the grant (a *Grant), or a nil Held on failure (never a nil
+// *Grant in a non-nil interface); it records the acquire's span and
+// metrics, and the grant's end.
+func (b *base) acquire(ctx context.Context, q *queue.Queue, op string, try bool) (Held, error) {
 	ctx, a := b.tel.StartAcquire(ctx, op, b.name)
 	s, err := b.src.Current(ctx)
 	var h *queue.Hold

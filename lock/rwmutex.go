@@ -69,25 +69,25 @@ func (rw *RWMutex) Capabilities() Capabilities {
 // Lock waits in FIFO order until no other grant, reader or writer, holds
 // the lock, with the same errors and cleanup as Mutex.Lock.
 func (rw *RWMutex) Lock(ctx context.Context) (Held, error) {
-	return held(rw.acquire(ctx, rw.writer, "lock", false))
+	return rw.acquire(ctx, rw.writer, "lock", false)
 }
 
 // TryLock takes the lock if nobody holds or waits for it, in one round
 // trip; otherwise it returns an error matching ErrLocked and creates no
 // key.
 func (rw *RWMutex) TryLock(ctx context.Context) (Held, error) {
-	return held(rw.acquire(ctx, rw.writer, "try lock", true))
+	return rw.acquire(ctx, rw.writer, "try lock", true)
 }
 
 // RLock waits in FIFO order until no writer that came before it holds or
 // waits for the lock; it shares the lock with other readers.
 func (rw *RWMutex) RLock(ctx context.Context) (Held, error) {
-	return held(rw.acquire(ctx, rw.reader, "rlock", false))
+	return rw.acquire(ctx, rw.reader, "rlock", false)
 }
 
 // TryRLock takes a read lock if no writer holds or waits for the lock, in
 // one round trip; otherwise it returns an error matching ErrLocked and
 // creates no key.
 func (rw *RWMutex) TryRLock(ctx context.Context) (Held, error) {
-	return held(rw.acquire(ctx, rw.reader, "try rlock", true))
+	return rw.acquire(ctx, rw.reader, "try rlock", true)
 }

@@ -80,7 +80,7 @@ func (s *Semaphore) Capabilities() Capabilities {
 // ends or the session ends, with the same errors and cleanup as
 // Mutex.Lock, and ErrPermitsMismatch (see Semaphore).
 func (s *Semaphore) Acquire(ctx context.Context) (Held, error) {
-	return held(s.acquire(ctx, s.q, "acquire", false))
+	return s.acquire(ctx, s.q, "acquire", false)
 }
 
 // TryAcquire acquires a permit if one is free and nobody waits, otherwise
@@ -88,5 +88,5 @@ func (s *Semaphore) Acquire(ctx context.Context) (Held, error) {
 // two round trips when every permit is taken: it enqueues, reads the
 // count, and removes its key again.
 func (s *Semaphore) TryAcquire(ctx context.Context) (Held, error) {
-	return held(s.acquire(ctx, s.q, "try acquire", true))
+	return s.acquire(ctx, s.q, "try acquire", true)
 }

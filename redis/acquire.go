@@ -19,8 +19,8 @@ import (
 // attempter is what the Lock loop needs from a backend.
 type attempter interface {
 	// attempt makes one acquire attempt for op ("lock" or "try lock", which
-	// its errors name), as the waiter wid ("" for none:
-	// the first attempt of a Lock, and TryLock). On contention it returns
+	// its errors name), as the waiter wid ("" for none: the first attempt
+	// of a Lock, and TryLock). On contention it returns
 	// an error matching ErrLocked and, if known, how long the current
 	// grant has left.
 	attempt(ctx context.Context, op, wid string) (g *Grant, retryIn time.Duration, err error)

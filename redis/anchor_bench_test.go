@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/integration/redistest"
+	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
 )
 
@@ -83,13 +84,15 @@ func uncontended(b *testing.B, ours, anchor lockFn, anchorName string) {
 	})
 }
 
-func mutexFn(b *testing.B, c goredis.UniversalClient, name string) lockFn {
-	m, err := redis.New(c, name)
-	if err != nil {
-		b.Fatal(err)
-	}
+// lockerFn is l's Lock, returning the grant's Unlock; l's stragglers are
+// drained when b ends.
+func lockerFn(b *testing.B, l interface {
+	lock.Locker
+	drainer
+}) lockFn {
+	b.Cleanup(func() { drain(b, l) })
 	return func(ctx context.Context) (func(context.Context) error, error) {
-		h, err := m.Lock(ctx)
+		h, err := l.Lock(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -97,19 +100,20 @@ func mutexFn(b *testing.B, c goredis.UniversalClient, name string) lockFn {
 	}
 }
 
+func mutexFn(b *testing.B, c goredis.UniversalClient, name string) lockFn {
+	m, err := redis.New(c, name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return lockerFn(b, m)
+}
+
 func redlockFn(b *testing.B, cs []goredis.UniversalClient, name string) lockFn {
 	r, err := redis.NewRedlock(cs, name)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { drain(b, r) })
-	return func(ctx context.Context) (func(context.Context) error, error) {
-		h, err := r.Lock(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return h.Unlock, nil
-	}
+	return lockerFn(b, r)
 }
 
 // redislockFn is bsm/redislock with dlock's default TTL and, for waiting,

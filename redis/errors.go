@@ -78,10 +78,10 @@ type QuorumError struct {
 	Expired bool
 }
 
-// Error says how many nodes acted and why the others did not.
 // acquiring reports whether e is an acquire's (Lock or TryLock).
 func (e *QuorumError) acquiring() bool { return e.Op == "lock" || e.Op == "try lock" }
 
+// Error says how many nodes acted and why the others did not.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "redis: %q: %s: no quorum: %d of %d nodes, need %d", e.Name, e.Op, e.OK, e.Nodes, e.Quorum)
