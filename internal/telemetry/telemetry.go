@@ -35,7 +35,6 @@ const (
 	Ahead  = attribute.Key("dlock.ahead")  // traces only: entries before this one at its enqueue (semaphores)
 	Queued = attribute.Key("dlock.queued") // traces only: it had to wait behind another entry
 	WaitS  = attribute.Key("dlock.wait_s") // traces only: seconds from the acquire's start to its end
-	Op     = attribute.Key("dlock.op")
 	Result = attribute.Key("dlock.result")
 )
 
@@ -122,8 +121,8 @@ type T struct {
 	tracer  trace.Tracer
 	log     *slog.Logger
 	backend attribute.KeyValue
-	set     metric.MeasurementOption // {dlock.backend}
-	byOut   map[string]metric.MeasurementOption
+	set     []metric.AddOption // {dlock.backend}
+	byOut   map[string][]metric.RecordOption
 }
 
 // New returns the telemetry of backend ("etcd", "redis", "redlock") for c.
@@ -141,11 +140,11 @@ func New(c Config, backend string) *T {
 	b := Backend.String(backend)
 	t := &T{
 		in: instrumentsOf(mp), tracer: tp.Tracer(Scope), log: log, backend: b,
-		set:   metric.WithAttributeSet(attribute.NewSet(b)),
-		byOut: map[string]metric.MeasurementOption{},
+		set:   []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(b))},
+		byOut: map[string][]metric.RecordOption{},
 	}
 	for _, o := range []string{Granted, Locked, Canceled, Failed} {
-		t.byOut[o] = metric.WithAttributeSet(attribute.NewSet(b, Outcome.String(o)))
+		t.byOut[o] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(b, Outcome.String(o)))}
 	}
 	return t
 }
@@ -156,19 +155,20 @@ func (t *T) Logger() *slog.Logger { return t.log }
 // Acquire is one acquire in progress: its span and its start.
 type Acquire struct {
 	t     *T
-	ctx   context.Context
 	span  trace.Span
 	start time.Time
 	name  string
-	op    string
 }
 
 // StartAcquire starts the span of an acquire (op: "lock", "try lock",
-// "campaign", ...) of the object called name.
+// "campaign", ...) of the object called name; the span's name is op's
+// ("dlock.lock", "dlock.try_lock", ...).
 func (t *T) StartAcquire(ctx context.Context, op, name string) (context.Context, Acquire) {
-	ctx, span := t.tracer.Start(ctx, spanName(op), trace.WithSpanKind(trace.SpanKindClient))
-	return ctx, Acquire{t: t, ctx: ctx, span: span, start: time.Now(), name: name, op: op}
+	ctx, span := t.tracer.Start(ctx, spanName(op), clientKind...)
+	return ctx, Acquire{t: t, span: span, start: time.Now(), name: name}
 }
+
+var clientKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
 var spanNames sync.Map // op → span name
 
@@ -189,9 +189,9 @@ func (a Acquire) Recording() bool { return a.span.IsRecording() }
 // span's status.
 func (a Acquire) Failed(outcome string, err error) {
 	d := time.Since(a.start)
-	a.t.in.acquire.Record(context.Background(), d.Seconds(), a.t.byOut[outcome])
+	a.t.in.acquire.Record(context.Background(), d.Seconds(), a.t.byOut[outcome]...)
 	if a.span.IsRecording() {
-		a.span.SetAttributes(a.t.backend, Lock.String(a.name), Op.String(a.op), Outcome.String(outcome), WaitS.Float64(d.Seconds()))
+		a.span.SetAttributes(a.t.backend, Lock.String(a.name), Outcome.String(outcome), WaitS.Float64(d.Seconds()))
 		if outcome != Locked {
 			a.span.RecordError(err)
 			a.span.SetStatus(codes.Error, err.Error())
@@ -205,23 +205,30 @@ func (a Acquire) Failed(outcome string, err error) {
 // known (ahead ≥ 0), how many entries were before it (dlock.ahead).
 func (a Acquire) Granted(token uint64, queued bool, ahead int64) {
 	d := time.Since(a.start)
-	a.t.in.acquire.Record(context.Background(), d.Seconds(), a.t.byOut[Granted])
+	a.t.in.acquire.Record(context.Background(), d.Seconds(), a.t.byOut[Granted]...)
 	if a.span.IsRecording() {
-		attrs := [8]attribute.KeyValue{a.t.backend, Lock.String(a.name), Op.String(a.op),
-			Outcome.String(Granted), WaitS.Float64(d.Seconds()), Token.Int64(int64(token)), Queued.Bool(queued)}
-		n := 7
+		attrs := attrPool.Get().(*[7]attribute.KeyValue)
+		*attrs = [7]attribute.KeyValue{a.t.backend, Lock.String(a.name), Outcome.String(Granted),
+			WaitS.Float64(d.Seconds()), Token.Int64(int64(token)), Queued.Bool(queued)}
+		n := 6
 		if ahead >= 0 {
-			attrs[7], n = Ahead.Int64(ahead), 8
+			attrs[6], n = Ahead.Int64(ahead), 7
 		}
-		a.span.SetAttributes(attrs[:n]...)
+		a.span.SetAttributes(attrs[:n]...) // copies them
+		*attrs = [7]attribute.KeyValue{}
+		attrPool.Put(attrs)
 	}
 	a.span.End()
 }
 
+// attrPool holds the buffers of Granted's span attributes (a local array
+// would escape through the interface call).
+var attrPool = sync.Pool{New: func() any { return new([7]attribute.KeyValue) }}
+
 // Held records a new grant (held goes up; DEBUG log).
 func (t *T) Held(name string, token uint64) {
 	ctx := context.Background()
-	t.in.held.Add(ctx, 1, t.set)
+	t.in.held.Add(ctx, 1, t.set...)
 	if t.log.Enabled(ctx, slog.LevelDebug) {
 		t.log.Debug("dlock: granted", "lock", name, "backend", t.backend.Value.AsString(), "token", token)
 	}
@@ -232,7 +239,7 @@ func (t *T) Held(name string, token uint64) {
 // the release is logged (DEBUG).
 func (t *T) Ended(name string, lostCause string, err error) {
 	ctx := context.Background()
-	t.in.held.Add(ctx, -1, t.set)
+	t.in.held.Add(ctx, -1, t.set...)
 	t.lostOrReleased(ctx, name, lostCause, err)
 }
 
@@ -249,14 +256,14 @@ func (t *T) lostOrReleased(ctx context.Context, name, lostCause string, err erro
 
 // Elected records a leadership term gained (the leader gauge goes up).
 func (t *T) Elected(name string, epoch uint64) {
-	t.in.leader.Add(context.Background(), 1, t.set)
+	t.in.leader.Add(context.Background(), 1, t.set...)
 	t.log.Debug("dlock: elected", "election", name, "epoch", epoch)
 }
 
 // TermEnded records a term's end: the leader gauge goes down; a term that
 // ended without Resign (lostCause not "") is logged at WARN.
 func (t *T) TermEnded(name string, epoch uint64, lostCause string, err error) {
-	t.in.leader.Add(context.Background(), -1, t.set)
+	t.in.leader.Add(context.Background(), -1, t.set...)
 	if lostCause == "" {
 		t.log.Debug("dlock: resigned", "election", name, "epoch", epoch)
 		return
@@ -275,7 +282,7 @@ type Guarded struct {
 	in     *instruments
 	tracer trace.Tracer
 	log    *slog.Logger
-	set    metric.MeasurementOption
+	set    []metric.AddOption // {dlock.guard}
 	guard  attribute.KeyValue
 	stale  error // errors.Is target of a rejected token
 }
@@ -316,12 +323,12 @@ func NewGuard(c Config, guard string, stale error) *Guarded {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := Guard.String(guard)
-	return &Guarded{in: instrumentsOf(mp), tracer: tp.Tracer(Scope), log: log, guard: g, set: metric.WithAttributeSet(attribute.NewSet(g)), stale: stale}
+	return &Guarded{in: instrumentsOf(mp), tracer: tp.Tracer(Scope), log: log, guard: g, set: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(g))}, stale: stale}
 }
 
 // Rejected counts a stale token the guard rejected.
 func (g *Guarded) Rejected(ctx context.Context) {
-	g.in.rejected.Add(ctx, 1, g.set)
+	g.in.rejected.Add(ctx, 1, g.set...)
 }
 
 // Logger returns the guard's logger.
