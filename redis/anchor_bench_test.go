@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -233,8 +232,8 @@ func BenchmarkHandoffVsRedsync(b *testing.B) {
 }
 
 // acquireCounter is a go-redis hook that counts acquire attempts: the
-// EVAL/EVALSHA calls with two keys (dlock's acquire script; its release
-// and extend take one, redislock's obtain takes one).
+// EVALSHA calls of dlock's acquire script (and its EVAL, if the script
+// had to be loaded).
 type acquireCounter struct{ n atomic.Int64 }
 
 func (*acquireCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -245,7 +244,7 @@ func (*acquireCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 func (a *acquireCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		args := cmd.Args()
-		if n := cmd.Name(); (n == "evalsha" || n == "eval") && len(args) > 2 && fmt.Sprint(args[2]) == "2" {
+		if len(args) > 1 && (cmd.Name() == "evalsha" && args[1] == redis.AcquireScriptHash || cmd.Name() == "eval" && args[1] == redis.AcquireScriptSrc) {
 			a.n.Add(1)
 		}
 		return next(ctx, cmd)

@@ -167,10 +167,11 @@ func (g *Grant) Extend(ctx context.Context) error {
 }
 
 // Unlock releases the grant with a compare-and-delete, so it never deletes a
-// later grant's key, and wakes the waiters. Done closes at once. It returns
-// nil if the grant was still held, an error matching ErrLockLost if it had
-// ended first (its deadline passed, or its key was gone), and another error
-// if the outcome is unknown (the server did not answer before ctx ended),
+// later grant's key, and wakes the waiters (a Mutex's oldest waiter; a
+// Redlock's, all of them). Done closes at once. It returns nil if the
+// grant was still held, an error matching ErrLockLost if it had ended first
+// (its deadline passed, or its key was gone), and another error if the
+// outcome is unknown (the server did not answer before ctx ended),
 // in which case calling Unlock again retries; a release that completes
 // later in the background settles the outcome for the next call. After a
 // nil return, Unlock returns nil again. Unlock waits for the grant's

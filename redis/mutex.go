@@ -224,8 +224,14 @@ func (m *Mutex) grant(ctx context.Context, value, wid string) (acquireReply, err
 	return r, nil
 }
 
-func (m *Mutex) runAcquire(ctx context.Context, c goredis.Scripter, value, _ string) (acquireReply, error) {
-	res, err := acquireScript.Run(ctx, c, []string{m.keys.lock, m.keys.seq}, value, m.o.ttl.Milliseconds(), "1").Int64Slice()
+// runAcquire runs the acquire script; a waiter (wid not "") is
+// registered if refused, and leaves the waiters if granted.
+func (m *Mutex) runAcquire(ctx context.Context, c goredis.Scripter, value, wid string) (acquireReply, error) {
+	args := []any{value, m.o.ttl.Milliseconds(), "1"}
+	if wid != "" {
+		args = append(args, wid, m.waitersTTL().Milliseconds())
+	}
+	res, err := acquireScript.Run(ctx, c, []string{m.keys.lock, m.keys.seq, m.keys.waiters}, args...).Int64Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -235,13 +241,30 @@ func (m *Mutex) runAcquire(ctx context.Context, c goredis.Scripter, value, _ str
 	return acquireReply{granted: res[0] == 1, n: res[1]}, nil
 }
 
-// subscribe implements attempter: a waiter listens on the release channel.
-func (m *Mutex) subscribe(ctx context.Context, _ string) *waker {
-	return subscribe(ctx, &m.tasks, []goredis.UniversalClient{m.client}, m.keys.channel, 1, m.o.nodeTimeout)
+// waitersTTL is the expiry of the waiters key, renewed by every refused
+// attempt of a waiter: a waiter polls at least every retry max (or the
+// holder's remaining TTL, if sooner), so the key outlives every live
+// waiter's polls, and vanishes once they have all gone.
+func (m *Mutex) waitersTTL() time.Duration { return m.o.ttl + 2*m.o.retryMax }
+
+// subscribe implements attempter: waiter wid listens on its own channel,
+// on which a release wakes the oldest waiter only (wake-one).
+func (m *Mutex) subscribe(ctx context.Context, wid string) *waker {
+	return subscribe(ctx, &m.tasks, []goredis.UniversalClient{m.client}, m.keys.wake+wid, 1, m.o.nodeTimeout)
 }
 
-// leave implements attempter: a waiter is not registered anywhere.
-func (m *Mutex) leave(context.Context, string) {}
+// leave implements attempter: waiter wid, which gives up, leaves the
+// waiters in the background (a detached, bounded call); if the lock is
+// free then, the next waiter is woken, in case wid had taken the wake-up.
+// Were the call lost, the next release would skip wid (nobody listens on
+// its channel) and the waiters key expires on its own.
+func (m *Mutex) leave(ctx context.Context, wid string) {
+	m.tasks.goTask(func() {
+		cctx, cancel := cleanup.Context(ctx)
+		defer cancel()
+		_ = leaveScript.Run(cctx, m.client, []string{m.keys.lock, m.keys.waiters}, wid, m.keys.wake, wakeTries).Err()
+	})
+}
 
 // extend implements grantOps.
 func (m *Mutex) extend(ctx context.Context, value string) (time.Time, error) {
@@ -267,7 +290,7 @@ func (m *Mutex) release(ctx context.Context, value string, late func(error)) err
 }
 
 func (m *Mutex) releaseOn(ctx context.Context, c goredis.Scripter, value string) error {
-	n, err := releaseScript.Run(ctx, c, []string{m.keys.lock}, value, m.keys.channel).Int64()
+	n, err := releaseOneScript.Run(ctx, c, []string{m.keys.lock, m.keys.waiters}, value, m.keys.wake, wakeTries).Int64()
 	if err != nil {
 		return err
 	}

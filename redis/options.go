@@ -80,9 +80,10 @@ func defaults() options {
 func WithTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
 
 // WithKeyPrefix sets the prefix of every key and channel: the lock key is
-// prefix+"{"+name+"}", its token counter the same plus ":seq", its release
-// channel the same plus ":released". The braces make them one Redis Cluster
-// hash slot. Optional, defaults to DefaultKeyPrefix ("dlock:"). It must not
+// prefix+"{"+name+"}", its token counter the same plus ":seq", a Mutex's
+// waiters (a sorted set) the same plus ":waiters" and each waiter's
+// channel plus ":w:" and the waiter's ID, a Redlock's release channel
+// plus ":released". The braces make them one Redis Cluster hash slot. Optional, defaults to DefaultKeyPrefix ("dlock:"). It must not
 // contain '{' or '}'.
 func WithKeyPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 

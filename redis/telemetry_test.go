@@ -155,8 +155,8 @@ func TestTelemetryMutex(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	o.assert("dlock.acquire.duration", 1, backend, outcomeAttr("canceled"))
 
-	// A waiter: granted once the holder unlocks, after it had subscribed
-	// to the release channel (its first attempt was refused).
+	// A waiter: granted once the holder unlocks, after it had registered
+	// as a waiter (its first attempt was refused).
 	got := make(chan lock.Held, 1)
 	go func() {
 		h2, err := m.Lock(ctx)
@@ -164,9 +164,9 @@ func TestTelemetryMutex(t *testing.T) {
 		got <- h2
 	}()
 	require.Eventually(t, func() bool {
-		n, err := admin.PubSubNumSub(ctx, key+":released").Result()
-		return err == nil && n[key+":released"] > 0
-	}, 10*time.Second, time.Millisecond, "the waiter subscribed")
+		n, err := admin.ZCard(ctx, key+":waiters").Result()
+		return err == nil && n > 0
+	}, 10*time.Second, time.Millisecond, "the waiter registered")
 	require.NoError(t, h.Unlock(ctx))
 	h = <-got
 	require.NotNil(t, h)

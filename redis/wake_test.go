@@ -1,0 +1,210 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/integration/redistest"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/redis"
+)
+
+// slowRetry makes waiters poll so rarely (and the holder's TTL so long)
+// that within a test only wake-ups move them.
+var slowRetry = []redis.Option{redis.WithTTL(time.Minute), redis.WithRetry(30*time.Second, time.Minute)}
+
+// queueWaiters starts n Locks on l, one at a time, each once the previous
+// one is registered (waiting(i) reports that i are), and returns the
+// channel on which each reports its index when granted (and then unlocks).
+func queueWaiters(t *testing.T, ctx context.Context, l lock.Locker, n int, waiting func(int) bool) <-chan int {
+	t.Helper()
+	granted := make(chan int, n)
+	for i := range n {
+		go func() {
+			h, err := l.Lock(ctx)
+			if !assert.NoError(t, err) {
+				granted <- -1
+				return
+			}
+			granted <- i
+			assert.NoError(t, h.Unlock(ctx))
+		}()
+		require.Eventually(t, func() bool { return waiting(i + 1) }, 10*time.Second, time.Millisecond, "waiter %d registered", i)
+	}
+	return granted
+}
+
+// A release wakes one waiter: 8 registered waiters are granted one after
+// the other, oldest first, with one acquire attempt each after the first
+// release (a release that woke every waiter would cost 8+7+...+1 = 36;
+// the Redlock control below shows that herd). The waiters key is gone
+// at the end. On one node, through Sentinel, and on a Cluster (where the
+// subscriber must sit on the lock's slot master for PUBLISH to count it).
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) goredis.UniversalClient
+	}{
+		{"node", func(t *testing.T) goredis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"sentinel", func(t *testing.T) goredis.UniversalClient { return redistest.StartSentinel(t).Client(t) }},
+		{"cluster", func(t *testing.T) goredis.UniversalClient { return redistest.StartCluster(t, 3).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testWakeOne(t, tc.client(t)) })
+	}
+}
+
+func testWakeOne(t *testing.T, c goredis.UniversalClient) {
+	const waiters = 8
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var count acquireCounter
+	c.AddHook(&count)
+	m := newMutex(t, c, "wake/one", slowRetry...)
+	h, err := m.Lock(ctx)
+	require.NoError(t, err)
+	granted := queueWaiters(t, ctx, m, waiters, func(n int) bool {
+		got, err := c.ZCard(ctx, "dlock:{wake/one}:waiters").Result()
+		return err == nil && got == int64(n)
+	})
+	before := count.n.Load()
+	require.NoError(t, h.Unlock(ctx))
+	for i := range waiters {
+		select {
+		case g := <-granted:
+			assert.Equal(t, i, g, "granted oldest first")
+		case <-ctx.Done():
+			require.FailNow(t, "waiters not granted", "%d of %d", i, waiters)
+		}
+	}
+	require.NoError(t, m.Drain(ctx))
+	assert.Equal(t, int64(waiters), count.n.Load()-before, "acquire attempts after the first release: one per grant")
+	for _, k := range []string{"dlock:{wake/one}:waiters", "dlock:{wake/one}"} {
+		n, err := c.Exists(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "%s is gone", k)
+	}
+}
+
+// The control: a Redlock release wakes every waiter (broadcast), so the
+// same 8 waiters cost more than one attempt per grant (counted on one of
+// its three nodes).
+func TestRedlockReleaseWakesEveryWaiter(t *testing.T) {
+	const waiters = 8
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	servers := redistest.StartN(t, 3)
+	clients := redistest.Clients(t, servers)
+	var count acquireCounter
+	clients[0].(*goredis.Client).AddHook(&count)
+	r, err := redis.NewRedlock(clients, "wake/all", slowRetry...)
+	require.NoError(t, err)
+	h, err := r.Lock(ctx)
+	require.NoError(t, err)
+	admin := servers[0].Client(t)
+	held := count.n.Load()
+	granted := queueWaiters(t, ctx, r, waiters, func(n int) bool {
+		subs, err := admin.PubSubNumSub(ctx, "dlock:{wake/all}:released").Result()
+		// Subscribed, and its second attempt (after subscribing) made.
+		return err == nil && subs["dlock:{wake/all}:released"] == int64(n) && count.n.Load() >= held+int64(2*n)
+	})
+	before := count.n.Load()
+	require.NoError(t, h.Unlock(ctx))
+	for i := range waiters {
+		select {
+		case <-granted:
+		case <-ctx.Done():
+			require.FailNow(t, "waiters not granted", "%d of %d", i, waiters)
+		}
+	}
+	require.NoError(t, r.Drain(ctx))
+	assert.Greater(t, count.n.Load()-before, int64(waiters), "a broadcast wakes every waiter: more attempts than grants")
+	t.Logf("Redlock: %d attempts for %d grants", count.n.Load()-before, waiters)
+}
+
+// A waiter that gives up leaves the waiters and, if the lock is free,
+// wakes the next: here the lock key vanishes without a release (as at an
+// expiry: nobody is woken), the first waiter gives up, and the second is
+// granted at once rather than at its next poll (30 s away).
+func TestWaiterLeavesAndWakesNext(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := redistest.Start(t)
+	c := s.Client(t)
+	admin := s.Client(t)
+	m := newMutex(t, c, "wake/leave", slowRetry...)
+	h, err := m.Lock(ctx)
+	require.NoError(t, err)
+	registered := func(n int) func() bool {
+		return func() bool {
+			got, err := admin.ZCard(ctx, "dlock:{wake/leave}:waiters").Result()
+			return err == nil && got == int64(n)
+		}
+	}
+	firstCtx, giveUp := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(firstCtx)
+		first <- err
+	}()
+	require.Eventually(t, registered(1), 10*time.Second, time.Millisecond)
+	second := make(chan lock.Held, 1)
+	go func() {
+		g, err := m.Lock(ctx)
+		assert.NoError(t, err)
+		second <- g
+	}()
+	require.Eventually(t, registered(2), 10*time.Second, time.Millisecond)
+
+	require.NoError(t, admin.Del(ctx, "dlock:{wake/leave}").Err()) // no release, no wake-up
+	giveUp()
+	require.ErrorIs(t, <-first, context.Canceled)
+	select {
+	case g := <-second:
+		require.NotNil(t, g)
+		require.NoError(t, g.Unlock(ctx))
+	case <-ctx.Done():
+		require.FailNow(t, "the second waiter was not woken when the first left")
+	}
+	assert.ErrorIs(t, h.Unlock(ctx), lock.ErrLockLost, "the holder's key was deleted")
+	require.NoError(t, m.Drain(ctx))
+	n, err := admin.Exists(ctx, "dlock:{wake/leave}:waiters").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "no waiters key left")
+}
+
+// A release skips waiters that nobody listens for (a process that died
+// while registered): they are removed, and the next live waiter is woken.
+func TestReleaseSkipsGoneWaiters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := redistest.Start(t)
+	c := s.Client(t)
+	admin := s.Client(t)
+	m := newMutex(t, c, "wake/gone", slowRetry...)
+	h, err := m.Lock(ctx)
+	require.NoError(t, err)
+	for i := range 3 { // three dead waiters ahead of the live one
+		require.NoError(t, admin.ZAdd(ctx, "dlock:{wake/gone}:waiters", goredis.Z{Score: float64(i + 1), Member: fmt.Sprintf("dead%d", i)}).Err())
+	}
+	granted := queueWaiters(t, ctx, m, 1, func(int) bool {
+		got, err := admin.ZCard(ctx, "dlock:{wake/gone}:waiters").Result()
+		return err == nil && got == 4
+	})
+	require.NoError(t, h.Unlock(ctx))
+	select {
+	case g := <-granted:
+		assert.Equal(t, 0, g)
+	case <-ctx.Done():
+		require.FailNow(t, "the live waiter behind three gone ones was not woken")
+	}
+	require.NoError(t, m.Drain(ctx))
+	n, err := admin.Exists(ctx, "dlock:{wake/gone}:waiters").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the gone waiters were removed")
+}
