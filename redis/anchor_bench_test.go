@@ -3,7 +3,9 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +16,10 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	goredis "github.com/redis/go-redis/v9"
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.uber.org/zap"
 
+	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/redistest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
@@ -131,14 +136,14 @@ func redislockFn(c goredis.UniversalClient, key string) lockFn {
 
 // redsyncFn is go-redsync/redsync over cs with dlock's default TTL and its
 // own retry defaults (32 tries, 50–250 ms apart).
-func redsyncFn(cs []goredis.UniversalClient, name string) lockFn {
+func redsyncFn(cs []goredis.UniversalClient, name string, opts ...redsync.Option) lockFn {
 	pools := make([]redsyncredis.Pool, len(cs))
 	for i, c := range cs {
 		pools[i] = redsyncgoredis.NewPool(c)
 	}
 	rs := redsync.New(pools...)
 	return func(ctx context.Context) (func(context.Context) error, error) {
-		m := rs.NewMutex(name, redsync.WithExpiry(redis.DefaultTTL))
+		m := rs.NewMutex(name, append([]redsync.Option{redsync.WithExpiry(redis.DefaultTTL)}, opts...)...)
 		if err := m.LockContext(ctx); err != nil {
 			return nil, err
 		}
@@ -281,8 +286,8 @@ func contended(b *testing.B, fns []lockFn, grants int) time.Duration {
 
 // BenchmarkContended16VsRedislock: 16 contenders looping Lock → Unlock on
 // one lock on one Redis node, time per grant: dlock's Mutex (a release
-// PUBLISHes to every waiter: a herd, counted as acquire attempts per
-// grant) against bsm/redislock retrying every 10 ms.
+// wakes the oldest waiter only; acquire attempts per grant are counted)
+// against bsm/redislock retrying every 10 ms.
 func BenchmarkContended16VsRedislock(b *testing.B) {
 	const contenders, grants = 16, 64
 	s := redistest.Start(b)
@@ -304,4 +309,41 @@ func BenchmarkContended16VsRedislock(b *testing.B) {
 		}, func() time.Duration { return contended(b, anchor, grants) })
 	})
 	b.ReportMetric(float64(attempts)/float64(n), "dlock-attempts/grant")
+}
+
+// BenchmarkVsRedsyncSlowNodes: uncontended Lock+Unlock over five nodes of
+// which two are 1 ms further away each way (a fault proxy delays what
+// they receive and send), as in a deployment across zones: dlock's
+// Redlock decides at a majority (the three near nodes) and releases
+// without waiting for the far ones; redsync with its defaults waits for
+// every node, and with WithFailFast(true) returns at a majority too.
+func BenchmarkVsRedsyncSlowNodes(b *testing.B) {
+	servers := redistest.StartN(b, 5)
+	cs := redistest.Clients(b, servers)
+	for i := 3; i < 5; i++ {
+		p := proxy.NewServer(proxy.ServerConfig{
+			Logger: zap.NewNop(),
+			From:   url.URL{Scheme: "tcp", Host: etcdtest.FreeAddr(b)},
+			To:     url.URL{Scheme: "tcp", Host: servers[i].Addr()},
+		})
+		select {
+		case <-p.Ready():
+		case err := <-p.Error():
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.Close() })
+		p.DelayTx(time.Millisecond, 0)
+		p.DelayRx(time.Millisecond, 0)
+		c := goredis.NewClient(&goredis.Options{Addr: strings.TrimPrefix(p.From(), "tcp://"), ContextTimeoutEnabled: true})
+		b.Cleanup(func() { c.Close() })
+		cs[i] = c
+	}
+	for _, tc := range []struct {
+		name string
+		opts []redsync.Option
+	}{{"default", nil}, {"failfast", []redsync.Option{redsync.WithFailFast(true)}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			uncontended(b, redlockFn(b, cs, "bench/slow-"+tc.name), redsyncFn(cs, "anchor/slow-"+tc.name, tc.opts...), "redsync")
+		})
+	}
 }
