@@ -132,7 +132,9 @@
 //     registry per node would have to agree on the oldest waiter). Waiters
 //     also poll with jittered backoff, never later than the holder's
 //     remaining TTL, so an expiry (which wakes nobody) costs at most one
-//     poll, and a lost wake-up at most one backoff. On a Cluster client
+//     poll, and a lost wake-up at most one backoff; so does a woken
+//     waiter that stalls (a paused process keeps its subscription, so
+//     releases keep waking it, and the others wait for their polls). On a Cluster client
 //     with ReadOnly set, subscriptions sit on replicas, where PUBLISH does
 //     not count them: each release then wakes up to 8 waiters, which
 //     still poll.

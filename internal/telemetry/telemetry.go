@@ -207,23 +207,15 @@ func (a Acquire) Granted(token uint64, queued bool, ahead int64) {
 	d := time.Since(a.start)
 	a.t.in.acquire.Record(context.Background(), d.Seconds(), a.t.byOut[Granted]...)
 	if a.span.IsRecording() {
-		attrs := attrPool.Get().(*[7]attribute.KeyValue)
-		*attrs = [7]attribute.KeyValue{a.t.backend, Lock.String(a.name), Outcome.String(Granted),
-			WaitS.Float64(d.Seconds()), Token.Int64(int64(token)), Queued.Bool(queued)}
-		n := 6
+		attrs := append(make([]attribute.KeyValue, 0, 7), a.t.backend, Lock.String(a.name), Outcome.String(Granted),
+			WaitS.Float64(d.Seconds()), Token.Int64(int64(token)), Queued.Bool(queued))
 		if ahead >= 0 {
-			attrs[6], n = Ahead.Int64(ahead), 7
+			attrs = append(attrs, Ahead.Int64(ahead))
 		}
-		a.span.SetAttributes(attrs[:n]...) // copies them
-		*attrs = [7]attribute.KeyValue{}
-		attrPool.Put(attrs)
+		a.span.SetAttributes(attrs...)
 	}
 	a.span.End()
 }
-
-// attrPool holds the buffers of Granted's span attributes (a local array
-// would escape through the interface call).
-var attrPool = sync.Pool{New: func() any { return new([7]attribute.KeyValue) }}
 
 // Held records a new grant (held goes up; DEBUG log).
 func (t *T) Held(name string, token uint64) {
