@@ -3,6 +3,8 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,24 +22,46 @@ import (
 var slowRetry = []redis.Option{redis.WithTTL(time.Minute), redis.WithRetry(30*time.Second, time.Minute)}
 
 // queueWaiters starts n Locks on l, one at a time, each once the previous
-// one is registered (waiting(i) reports that i are), and returns the
-// channel on which each reports its index when granted (and then unlocks).
-func queueWaiters(t *testing.T, ctx context.Context, l lock.Locker, n int, waiting func(int) bool) <-chan int {
+// one is registered (waiting(i) reports that i are). Each granted waiter
+// appends its index to the grant order, unlocks, and then reports on the
+// returned channel (so that no Unlock outlives the test); order returns
+// the grant order so far.
+func queueWaiters(t *testing.T, ctx context.Context, l lock.Locker, n int, waiting func(int) bool) (done <-chan bool, order func() []int) {
 	t.Helper()
-	granted := make(chan int, n)
+	var mu sync.Mutex
+	var granted []int
+	c := make(chan bool, n)
 	for i := range n {
 		go func() {
 			h, err := l.Lock(ctx)
 			if !assert.NoError(t, err) {
-				granted <- -1
+				c <- false
 				return
 			}
-			granted <- i
-			assert.NoError(t, h.Unlock(ctx))
+			mu.Lock()
+			granted = append(granted, i)
+			mu.Unlock()
+			c <- assert.NoError(t, h.Unlock(ctx))
 		}()
 		require.Eventually(t, func() bool { return waiting(i + 1) }, 10*time.Second, time.Millisecond, "waiter %d registered", i)
 	}
-	return granted
+	return c, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(granted)
+	}
+}
+
+// waitAll waits, bounded by ctx, for n reports on done.
+func waitAll(t *testing.T, ctx context.Context, done <-chan bool, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			require.FailNow(t, "waiters not granted", "%d of %d", i, n)
+		}
+	}
 }
 
 // A release wakes one waiter: 8 registered waiters are granted one after
@@ -68,20 +92,14 @@ func testWakeOne(t *testing.T, c goredis.UniversalClient) {
 	m := newMutex(t, c, "wake/one", slowRetry...)
 	h, err := m.Lock(ctx)
 	require.NoError(t, err)
-	granted := queueWaiters(t, ctx, m, waiters, func(n int) bool {
+	done, order := queueWaiters(t, ctx, m, waiters, func(n int) bool {
 		got, err := c.ZCard(ctx, "dlock:{wake/one}:waiters").Result()
 		return err == nil && got == int64(n)
 	})
 	before := count.n.Load()
 	require.NoError(t, h.Unlock(ctx))
-	for i := range waiters {
-		select {
-		case g := <-granted:
-			assert.Equal(t, i, g, "granted oldest first")
-		case <-ctx.Done():
-			require.FailNow(t, "waiters not granted", "%d of %d", i, waiters)
-		}
-	}
+	waitAll(t, ctx, done, waiters)
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, order(), "granted oldest first")
 	require.NoError(t, m.Drain(ctx))
 	assert.Equal(t, int64(waiters), count.n.Load()-before, "acquire attempts after the first release: one per grant")
 	for _, k := range []string{"dlock:{wake/one}:waiters", "dlock:{wake/one}"} {
@@ -108,20 +126,14 @@ func TestRedlockReleaseWakesEveryWaiter(t *testing.T) {
 	require.NoError(t, err)
 	admin := servers[0].Client(t)
 	held := count.n.Load()
-	granted := queueWaiters(t, ctx, r, waiters, func(n int) bool {
+	done, _ := queueWaiters(t, ctx, r, waiters, func(n int) bool {
 		subs, err := admin.PubSubNumSub(ctx, "dlock:{wake/all}:released").Result()
 		// Subscribed, and its second attempt (after subscribing) made.
 		return err == nil && subs["dlock:{wake/all}:released"] == int64(n) && count.n.Load() >= held+int64(2*n)
 	})
 	before := count.n.Load()
 	require.NoError(t, h.Unlock(ctx))
-	for i := range waiters {
-		select {
-		case <-granted:
-		case <-ctx.Done():
-			require.FailNow(t, "waiters not granted", "%d of %d", i, waiters)
-		}
-	}
+	waitAll(t, ctx, done, waiters)
 	require.NoError(t, r.Drain(ctx))
 	assert.Greater(t, count.n.Load()-before, int64(waiters), "a broadcast wakes every waiter: more attempts than grants")
 	t.Logf("Redlock: %d attempts for %d grants", count.n.Load()-before, waiters)
@@ -192,17 +204,12 @@ func TestReleaseSkipsGoneWaiters(t *testing.T) {
 	for i := range 3 { // three dead waiters ahead of the live one
 		require.NoError(t, admin.ZAdd(ctx, "dlock:{wake/gone}:waiters", goredis.Z{Score: float64(i + 1), Member: fmt.Sprintf("dead%d", i)}).Err())
 	}
-	granted := queueWaiters(t, ctx, m, 1, func(int) bool {
+	done, _ := queueWaiters(t, ctx, m, 1, func(int) bool {
 		got, err := admin.ZCard(ctx, "dlock:{wake/gone}:waiters").Result()
 		return err == nil && got == 4
 	})
 	require.NoError(t, h.Unlock(ctx))
-	select {
-	case g := <-granted:
-		assert.Equal(t, 0, g)
-	case <-ctx.Done():
-		require.FailNow(t, "the live waiter behind three gone ones was not woken")
-	}
+	waitAll(t, ctx, done, 1) // the live waiter behind three gone ones was woken
 	require.NoError(t, m.Drain(ctx))
 	n, err := admin.Exists(ctx, "dlock:{wake/gone}:waiters").Result()
 	require.NoError(t, err)
