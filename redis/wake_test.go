@@ -52,6 +52,26 @@ func queueWaiters(t *testing.T, ctx context.Context, l lock.Locker, n int, waiti
 	}
 }
 
+// waitersAre reports whether the waiters key of the lock called name holds
+// n waiters.
+func waitersAre(ctx context.Context, c goredis.UniversalClient, name string, n int) bool {
+	got, err := c.ZCard(ctx, "dlock:{"+name+"}:waiters").Result()
+	return err == nil && got == int64(n)
+}
+
+// heldOnNode starts a node and returns a ctx bounded for the test, a
+// slow-retry Mutex called name on it, a grant of it, and an admin client.
+func heldOnNode(t *testing.T, name string) (context.Context, *redis.Mutex, lock.Held, goredis.UniversalClient) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	s := redistest.Start(t)
+	m := newMutex(t, s.Client(t), name, slowRetry...)
+	h, err := m.Lock(ctx)
+	require.NoError(t, err)
+	return ctx, m, h, s.Client(t)
+}
+
 // waitAll waits, bounded by ctx, for n reports on done.
 func waitAll(t *testing.T, ctx context.Context, done <-chan bool, n int) {
 	t.Helper()
@@ -92,10 +112,7 @@ func testWakeOne(t *testing.T, c goredis.UniversalClient) {
 	m := newMutex(t, c, "wake/one", slowRetry...)
 	h, err := m.Lock(ctx)
 	require.NoError(t, err)
-	done, order := queueWaiters(t, ctx, m, waiters, func(n int) bool {
-		got, err := c.ZCard(ctx, "dlock:{wake/one}:waiters").Result()
-		return err == nil && got == int64(n)
-	})
+	done, order := queueWaiters(t, ctx, m, waiters, func(n int) bool { return waitersAre(ctx, c, "wake/one", n) })
 	before := count.n.Load()
 	require.NoError(t, h.Unlock(ctx))
 	waitAll(t, ctx, done, waiters)
@@ -144,19 +161,9 @@ func TestRedlockReleaseWakesEveryWaiter(t *testing.T) {
 // expiry: nobody is woken), the first waiter gives up, and the second is
 // granted at once rather than at its next poll (30 s away).
 func TestWaiterLeavesAndWakesNext(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s := redistest.Start(t)
-	c := s.Client(t)
-	admin := s.Client(t)
-	m := newMutex(t, c, "wake/leave", slowRetry...)
-	h, err := m.Lock(ctx)
-	require.NoError(t, err)
+	ctx, m, h, admin := heldOnNode(t, "wake/leave")
 	registered := func(n int) func() bool {
-		return func() bool {
-			got, err := admin.ZCard(ctx, "dlock:{wake/leave}:waiters").Result()
-			return err == nil && got == int64(n)
-		}
+		return func() bool { return waitersAre(ctx, admin, "wake/leave", n) }
 	}
 	firstCtx, giveUp := context.WithCancel(ctx)
 	first := make(chan error, 1)
@@ -193,21 +200,11 @@ func TestWaiterLeavesAndWakesNext(t *testing.T) {
 // A release skips waiters that nobody listens for (a process that died
 // while registered): they are removed, and the next live waiter is woken.
 func TestReleaseSkipsGoneWaiters(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s := redistest.Start(t)
-	c := s.Client(t)
-	admin := s.Client(t)
-	m := newMutex(t, c, "wake/gone", slowRetry...)
-	h, err := m.Lock(ctx)
-	require.NoError(t, err)
+	ctx, m, h, admin := heldOnNode(t, "wake/gone")
 	for i := range 3 { // three dead waiters ahead of the live one
 		require.NoError(t, admin.ZAdd(ctx, "dlock:{wake/gone}:waiters", goredis.Z{Score: float64(i + 1), Member: fmt.Sprintf("dead%d", i)}).Err())
 	}
-	done, _ := queueWaiters(t, ctx, m, 1, func(int) bool {
-		got, err := admin.ZCard(ctx, "dlock:{wake/gone}:waiters").Result()
-		return err == nil && got == 4
-	})
+	done, _ := queueWaiters(t, ctx, m, 1, func(int) bool { return waitersAre(ctx, admin, "wake/gone", 4) })
 	require.NoError(t, h.Unlock(ctx))
 	waitAll(t, ctx, done, 1) // the live waiter behind three gone ones was woken
 	require.NoError(t, m.Drain(ctx))
