@@ -134,16 +134,17 @@
 //     remaining TTL, so an expiry (which wakes nobody) costs at most one
 //     poll, and a lost wake-up at most one backoff; so does a woken
 //     waiter that stalls (a paused process keeps its subscription, so
-//     releases keep waking it, and the others wait for their polls). On a Cluster client
-//     with ReadOnly set, subscriptions sit on replicas, where PUBLISH does
-//     not count them: each release then wakes up to 8 waiters, which
-//     still poll.
+//     releases keep waking it, and the others wait for their polls). On a
+//     Cluster client with ReadOnly set, subscriptions sit on replicas,
+//     where PUBLISH does not count them: each release then wakes up to 8
+//     waiters and drops them from the set (they register again at their
+//     next attempt).
 //   - Each Mutex command runs in a goroutine of its own when ctx can end
 //     (see Clients): that is what lets a call return on time from a
 //     stalled node, and it costs a goroutine switch per command (about
-//     15 µs here), which makes an uncontended Lock+Unlock about 1.6× (1.40–1.62) as
-//     slow as bsm/redislock's, which waits on a stalled node for the
-//     client's ReadTimeout (BenchmarkVsRedislock). With a ctx that cannot
+//     15 µs here), which makes an uncontended Lock+Unlock about 1.5×
+//     (1.41–1.70) as slow as bsm/redislock's, which waits on a stalled
+//     node for the client's ReadTimeout (BenchmarkVsRedislock). With a ctx that cannot
 //     end (context.Background) commands run in the caller's goroutine.
 //   - Lock retries all errors (a node down, a timeout) until its ctx ends;
 //     bound it with a deadline. TryLock reports them at once.
