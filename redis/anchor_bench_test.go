@@ -3,9 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,8 +14,6 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	goredis "github.com/redis/go-redis/v9"
-	"go.etcd.io/etcd/pkg/v3/proxy"
-	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/redistest"
@@ -321,20 +317,10 @@ func BenchmarkVsRedsyncSlowNodes(b *testing.B) {
 	servers := redistest.StartN(b, 5)
 	cs := redistest.Clients(b, servers)
 	for i := 3; i < 5; i++ {
-		p := proxy.NewServer(proxy.ServerConfig{
-			Logger: zap.NewNop(),
-			From:   url.URL{Scheme: "tcp", Host: etcdtest.FreeAddr(b)},
-			To:     url.URL{Scheme: "tcp", Host: servers[i].Addr()},
-		})
-		select {
-		case <-p.Ready():
-		case err := <-p.Error():
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { p.Close() })
+		p := etcdtest.ProxyTo(b, servers[i].Addr())
 		p.DelayTx(time.Millisecond, 0)
 		p.DelayRx(time.Millisecond, 0)
-		c := goredis.NewClient(&goredis.Options{Addr: strings.TrimPrefix(p.From(), "tcp://"), ContextTimeoutEnabled: true})
+		c := goredis.NewClient(&goredis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 		b.Cleanup(func() { c.Close() })
 		cs[i] = c
 	}

@@ -381,9 +381,15 @@ func (c *Cluster) NewProxy(t testing.TB, member ...*Member) *Proxy {
 	if len(member) > 0 {
 		m = member[0]
 	}
+	return ProxyTo(t, m.clientURL.Host)
+}
+
+// ProxyTo starts a TCP fault proxy to addr (host:port: an etcd member, a
+// Redis server, ...) on a free loopback port, closed by t.Cleanup.
+func ProxyTo(t testing.TB, addr string) *Proxy {
+	t.Helper()
 	from := url.URL{Scheme: "tcp", Host: FreeAddr(t)}
-	to := url.URL{Scheme: "tcp", Host: m.clientURL.Host}
-	p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: to})
+	p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: url.URL{Scheme: "tcp", Host: addr}})
 	select {
 	case <-p.Ready():
 	case err := <-p.Error():

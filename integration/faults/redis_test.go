@@ -10,8 +10,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.etcd.io/etcd/pkg/v3/proxy"
-	"go.uber.org/zap"
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/redistest"
@@ -19,29 +17,12 @@ import (
 	"github.com/dlock-go/dlock/redis"
 )
 
-// tcpProxy starts a fault proxy to addr and returns it; closed at cleanup.
-func tcpProxy(t testing.TB, addr string) *etcdtest.Proxy {
-	t.Helper()
-	p := proxy.NewServer(proxy.ServerConfig{
-		Logger: zap.NewNop(),
-		From:   url.URL{Scheme: "tcp", Host: etcdtest.FreeAddr(t)},
-		To:     url.URL{Scheme: "tcp", Host: addr},
-	})
-	select {
-	case <-p.Ready():
-	case err := <-p.Error():
-		t.Fatalf("proxy: %v", err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return &etcdtest.Proxy{Server: p}
-}
-
 // primaryReplica starts a primary and a replica that replicates through a
 // fault proxy, and waits until the replica has acknowledged a write.
 func primaryReplica(t *testing.T) (primary, replica *redistest.Server, link *etcdtest.Proxy) {
 	t.Helper()
 	primary = redistest.Start(t)
-	link = tcpProxy(t, primary.Addr())
+	link = etcdtest.ProxyTo(t, primary.Addr())
 	host, port, _ := splitHostPort(t, link.From())
 	replica = redistest.Start(t, redistest.WithArgs("--replicaof", host, port))
 	pc := primary.Client(t)
