@@ -35,7 +35,7 @@ const maxTries = 8
 
 func (q *Queue) ticket(st *state) ticket {
 	slot, name := st.name()
-	return ticket{entry: entry{Key: q.rule.keyPrefix(q) + name}, st: st, slot: slot}
+	return ticket{entry: entry{Key: q.keys + name}, st: st, slot: slot}
 }
 
 // epochKey is the session's epoch key for q (see "Late writes" in doc.go):
@@ -76,17 +76,17 @@ func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try
 	t := q.ticket(st)
 	t.ahead = -1
 	ek := q.epochKey(st)
-	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(t.Key), "=", 0),
-		clientv3.Compare(clientv3.ModRevision(ek), "=", 0),
-	}
-	free, haveFree := q.rule.free(q)
+	cmps := make([]clientv3.Cmp, 2, 3) // the key is free; the epoch (set in each try) unmoved
+	cmps[0] = clientv3.Compare(clientv3.CreateRevision(t.Key), "=", 0)
+	haveFree := q.haveFree
 	if try && haveFree {
-		cmps = append(cmps, free)
+		cmps = append(cmps, q.free)
 	}
-	reads := q.rule.joinReads(q)
-	then := append(reads, clientv3.OpPut(t.Key, q.rule.value(val), clientv3.WithLease(s.Lease())))
-	for _, k := range q.rule.sideKeys(q, t.Key) {
+	reads := q.reads
+	side := q.rule.sideKeys(q, t.Key)
+	then := make([]clientv3.Op, 0, len(reads)+1+len(side))
+	then = append(append(then, reads...), clientv3.OpPut(t.Key, q.rule.value(val), clientv3.WithLease(s.Lease())))
+	for _, k := range side {
 		then = append(then, clientv3.OpPut(k, ""))
 	}
 	for range maxTries {

@@ -46,12 +46,22 @@ type Queue struct {
 	root   string
 	prefix string
 	rule   Rule
+
+	// Made once from rule and prefix, read by every enqueue.
+	keys     string        // rule.keyPrefix
+	reads    []clientv3.Op // rule.joinReads; never appended to in place
+	free     clientv3.Cmp  // rule.free, if haveFree
+	haveFree bool
 }
 
 // New returns the queue of name under root (see PrefixFor) on cli, whose
 // entries are granted by rule. It does no I/O.
 func New(cli *clientv3.Client, root, name string, rule Rule) *Queue {
-	return &Queue{cli: cli, root: root, prefix: PrefixFor(root, name), rule: rule}
+	q := &Queue{cli: cli, root: root, prefix: PrefixFor(root, name), rule: rule}
+	q.keys = rule.keyPrefix(q)
+	q.reads = rule.joinReads(q)
+	q.free, q.haveFree = rule.free(q)
+	return q
 }
 
 // Denied adds to err, if etcd denied a request of the queue for lack of
@@ -69,7 +79,7 @@ func (q *Queue) Prefix() string { return q.prefix }
 
 // KeyPrefix returns the prefix of the keys of the queue's own entries:
 // Prefix for most rules, Prefix()+"r/" for Reader.
-func (q *Queue) KeyPrefix() string { return q.rule.keyPrefix(q) }
+func (q *Queue) KeyPrefix() string { return q.keys }
 
 // entry is one key in the queue.
 type entry struct {

@@ -57,7 +57,7 @@ var Exclusive Rule = exclusive{}
 type exclusive struct{ base }
 
 func (exclusive) joinReads(q *Queue) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpGet(q.prefix, clientv3.WithLastCreate()...)}
+	return []clientv3.Op{clientv3.OpGet(q.prefix, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)}
 }
 
 func (exclusive) free(q *Queue) (clientv3.Cmp, bool) {
