@@ -161,25 +161,30 @@ type round struct {
 	res     []nodeResult // by node index
 	got     []bool       // by node index: res is set
 	answers int
+	ok      int // replies n == 1
+	held    int // replies n != 1
+	failed  int // errors
 	decided bool
 	// alive is set on an acquire round while its grant is held (from the
 	// grant until Unlock starts): a node that grants late then keeps the
 	// key; otherwise a late grant is deleted.
 	alive bool
-	wake  chan struct{} // a reply arrived (coalesced)
+	wake  chan struct{} // the replies settle the round, or all arrived
 }
 
 // fanout sends fn to nodes, each in a task whose ctx keeps ctx's values and
 // is bounded by the node timeout alone, whatever becomes of ctx, and
-// decides as soon as every node answered, enough (called with the tally of
-// the replies so far) says the outcome is settled, the node timeout
-// passed, or ctx ended. Nodes that had not answered by then are
-// stragglers: their task goes on until the node answers or go-redis gives
-// up, and late (if not nil) then receives the reply. It returns the round
-// and the tally at the decision, in which a node that had not answered
-// counts as failed only if the timeout or ctx decided.
+// decides as soon as every node answered, enough (called by each reply's
+// task with the counts so far: n == 1, other n, errors) says the outcome is
+// settled, the node timeout passed, or ctx ended; the caller is woken once,
+// when the round can be decided, not per reply. Nodes that had not
+// answered by then are stragglers: their task goes on until the node
+// answers or go-redis gives up, and late (if not nil) then receives the
+// reply. It returns the round and the tally at the decision, in which a
+// node that had not answered counts as failed only if the timeout or ctx
+// decided.
 func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ctx context.Context, c goredis.UniversalClient) (int64, error),
-	enough func(qe *QuorumError) bool, late func(rd *round, i int, nr nodeResult)) (*round, *QuorumError) {
+	enough func(ok, held, failed int) bool, late func(rd *round, i int, nr nodeResult)) (*round, *QuorumError) {
 	rd := &round{
 		res:  make([]nodeResult, len(r.clients)),
 		got:  make([]bool, len(r.clients)),
@@ -205,33 +210,38 @@ func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ct
 			}
 			rd.res[i], rd.got[i] = nodeResult{n, err}, true
 			rd.answers++
-			rd.mu.Unlock()
-			select {
-			case rd.wake <- struct{}{}:
+			switch {
+			case err != nil:
+				rd.failed++
+			case n == 1:
+				rd.ok++
 			default:
+				rd.held++
+			}
+			ready := rd.answers == len(nodes) || enough(rd.ok, rd.held, rd.failed)
+			rd.mu.Unlock()
+			if ready {
+				select {
+				case rd.wake <- struct{}{}:
+				default:
+				}
 			}
 		})
 	}
 	timer := time.NewTimer(r.o.nodeTimeout)
 	defer timer.Stop()
-	for {
-		var why error
-		select {
-		case <-rd.wake:
-		case <-timer.C:
-			why = fmt.Errorf("no reply within the node timeout (%v)", r.o.nodeTimeout)
-		case <-ctx.Done():
-			why = ctx.Err()
-		}
-		rd.mu.Lock()
-		qe := r.tally(op, rd, nodes, why)
-		if why != nil || rd.answers == len(nodes) || enough(qe) {
-			rd.decided = true
-			rd.mu.Unlock()
-			return rd, qe
-		}
-		rd.mu.Unlock()
+	var why error
+	select {
+	case <-rd.wake:
+	case <-timer.C:
+		why = fmt.Errorf("no reply within the node timeout (%v)", r.o.nodeTimeout)
+	case <-ctx.Done():
+		why = ctx.Err()
 	}
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	rd.decided = true
+	return rd, r.tally(op, rd, nodes, why)
 }
 
 // tally counts a round's replies, in node order: ok (n == 1), refused
@@ -257,10 +267,10 @@ func (r *Redlock) tally(op string, rd *round, nodes []int, why error) *QuorumErr
 	return qe
 }
 
-// settled reports whether a tally decides a round on all nodes: a majority
-// acted, or so many refused or failed that no majority can.
-func (r *Redlock) settled(qe *QuorumError) bool {
-	return qe.OK >= r.quorum || qe.Held+len(qe.Errs) > qe.Nodes-r.quorum
+// settled reports whether replies decide a round on all nodes: a majority
+// acted (ok), or so many refused (held) or failed that no majority can.
+func (r *Redlock) settled(ok, held, failed int) bool {
+	return ok >= r.quorum || held+failed > len(r.clients)-r.quorum
 }
 
 // allNodes returns 0..N-1.
@@ -324,7 +334,7 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 		defer cancel()
 		r.fanout(cctx, "unlock", dirty, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 			return r.releaseOn(ctx, c, value)
-		}, func(*QuorumError) bool { return false }, nil)
+		}, func(int, int, int) bool { return false }, nil)
 	}
 	return nil, 0, qe
 }
