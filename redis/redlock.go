@@ -169,6 +169,13 @@ type round struct {
 	// grant until Unlock starts): a node that grants late then keeps the
 	// key; otherwise a late grant is deleted.
 	alive bool
+	// releasing is set on an acquire round when its grant's Unlock starts,
+	// and sent[i] once that release's command to node i is about to be
+	// sent: a late grant on node i before that needs no delete of its own,
+	// since the release is sent after its reply came back, so after the
+	// SET was applied.
+	releasing bool
+	sent      []bool // by node index
 	wake  chan struct{} // the replies settle the round, or all arrived
 }
 
@@ -183,11 +190,12 @@ type round struct {
 // reply. It returns the round and the tally at the decision, in which a
 // node that had not answered counts as failed only if the timeout or ctx
 // decided.
-func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ctx context.Context, c goredis.UniversalClient) (int64, error),
+func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ctx context.Context, i int, c goredis.UniversalClient) (int64, error),
 	enough func(ok, held, failed int) bool, late func(rd *round, i int, nr nodeResult)) (*round, *QuorumError) {
 	rd := &round{
 		res:  make([]nodeResult, len(r.clients)),
 		got:  make([]bool, len(r.clients)),
+		sent: make([]bool, len(r.clients)),
 		wake: make(chan struct{}, 1),
 	}
 	for _, i := range nodes {
@@ -198,7 +206,7 @@ func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ct
 			// go-redis drops a command that waits for a connection when
 			// its ctx ends).
 			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.nodeTimeout)
-			n, err := fn(nctx, r.clients[i])
+			n, err := fn(nctx, i, r.clients[i])
 			cancel()
 			rd.mu.Lock()
 			if rd.decided {
@@ -285,7 +293,7 @@ func (r *Redlock) allNodes() []int {
 func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Duration, error) {
 	value := newValue(r.o.owner)
 	start := time.Now()
-	setNX := func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+	setNX := func(ctx context.Context, _ int, c goredis.UniversalClient) (int64, error) {
 		v, err := acquireScript.Run(ctx, c, []string{r.keys.lock, r.keys.seq}, value, r.o.ttl.Milliseconds(), "0").Int64Slice()
 		if err != nil {
 			return 0, err
@@ -296,11 +304,13 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 		return v[0], nil
 	}
 	// A node that answers after the decision deletes its key again unless
-	// it granted while the grant is held: the grant does not count it, and
+	// it granted while the grant is held, or after Unlock started but
+	// before Unlock's delete was sent to it (that delete, sent after this
+	// reply came back, removes the key): the grant does not count it, and
 	// Unlock may have passed it already.
 	late := func(rd *round, i int, nr nodeResult) {
 		rd.mu.Lock()
-		keep := rd.alive
+		keep := rd.alive || rd.releasing && !rd.sent[i]
 		rd.mu.Unlock()
 		if nr.err == nil && (nr.n != 1 || keep) {
 			return
@@ -332,7 +342,7 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 	if len(dirty) > 0 {
 		cctx, cancel := cleanup.Context(ctx)
 		defer cancel()
-		r.fanout(cctx, "unlock", dirty, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+		r.fanout(cctx, "unlock", dirty, func(ctx context.Context, _ int, c goredis.UniversalClient) (int64, error) {
 			return r.releaseOn(ctx, c, value)
 		}, func(int, int, int) bool { return false }, nil)
 	}
@@ -365,7 +375,7 @@ type redlockGrant struct {
 func (g *redlockGrant) extend(ctx context.Context, value string) (time.Time, error) {
 	r := g.r
 	start := time.Now()
-	_, qe := r.fanout(ctx, "extend", r.allNodes(), func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+	_, qe := r.fanout(ctx, "extend", r.allNodes(), func(ctx context.Context, _ int, c goredis.UniversalClient) (int64, error) {
 		return extendScript.Run(ctx, c, []string{r.keys.lock}, value, r.o.ttl.Milliseconds()).Int64()
 	}, r.settled, nil)
 	if qe.OK < r.quorum {
@@ -381,9 +391,12 @@ func (g *redlockGrant) extend(ctx context.Context, value string) (time.Time, err
 func (g *redlockGrant) release(ctx context.Context, value string, _ func(error)) error {
 	r := g.r
 	g.rd.mu.Lock()
-	g.rd.alive = false
+	g.rd.alive, g.rd.releasing = false, true
 	g.rd.mu.Unlock()
-	_, qe := r.fanout(ctx, "unlock", r.allNodes(), func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+	_, qe := r.fanout(ctx, "unlock", r.allNodes(), func(ctx context.Context, i int, c goredis.UniversalClient) (int64, error) {
+		g.rd.mu.Lock()
+		g.rd.sent[i] = true
+		g.rd.mu.Unlock()
 		return r.releaseOn(ctx, c, value)
 	}, r.settled, nil)
 	if qe.OK < r.quorum {
