@@ -3,7 +3,9 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -232,9 +234,9 @@ func BenchmarkHandoffVsRedsync(b *testing.B) {
 	})
 }
 
-// acquireCounter is a go-redis hook that counts acquire attempts: the
-// EVALSHA calls of dlock's acquire script (and its EVAL, if the script
-// had to be loaded).
+// acquireCounter is a go-redis hook that counts dlock's acquire attempts:
+// the Mutex's, EVALSHA calls of its acquire script (and its EVAL, if the
+// script had to be loaded); the Redlock's, SET NX of a dlock key.
 type acquireCounter struct{ n atomic.Int64 }
 
 func (*acquireCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -245,7 +247,8 @@ func (*acquireCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 func (a *acquireCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		args := cmd.Args()
-		if len(args) > 1 && (cmd.Name() == "evalsha" && args[1] == redis.AcquireScriptHash || cmd.Name() == "eval" && args[1] == redis.AcquireScriptSrc) {
+		if len(args) > 1 && (cmd.Name() == "evalsha" && args[1] == redis.AcquireScriptHash || cmd.Name() == "eval" && args[1] == redis.AcquireScriptSrc ||
+			cmd.Name() == "set" && slices.Contains(args, any("nx")) && strings.HasPrefix(fmt.Sprint(args[1]), redis.DefaultKeyPrefix)) {
 			a.n.Add(1)
 		}
 		return next(ctx, cmd)

@@ -64,8 +64,11 @@
 // until its node answers: a straggler. A straggler whose SET may have
 // landed after its acquire failed (or its caller gave up), or after its
 // grant was released, deletes it again with a compare-and-delete when it
-// completes, so a stalled node that resumes keeps no stray key. A
-// straggler lasts until its node answers or go-redis gives up: for a
+// completes, so a stalled node that resumes keeps no stray key. (A
+// Redlock's Unlock sends its compare-and-delete only to the nodes that have
+// answered the acquire: one whose acquire is still out deletes its key
+// itself when it answers, so each node gets one delete, sent after its SET
+// was applied.) A straggler lasts until its node answers or go-redis gives up: for a
 // client that honours ctx deadlines, at the node timeout (Redlock) or the
 // caller's deadline (Mutex); otherwise at the client's ReadTimeout (after
 // its WriteTimeout and, on a fresh connection, its DialTimeout); its

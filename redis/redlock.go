@@ -169,14 +169,10 @@ type round struct {
 	// grant until Unlock starts): a node that grants late then keeps the
 	// key; otherwise a late grant is deleted.
 	alive bool
-	// releasing is set on an acquire round when its grant's Unlock starts,
-	// and sent[i] once that release's command to node i is about to be
-	// sent: a late grant on node i before that needs no delete of its own,
-	// since the release is sent after its reply came back, so after the
-	// SET was applied.
-	releasing bool
-	sent      []bool // by node index
-	wake  chan struct{} // the replies settle the round, or all arrived
+	// kept[i]: node i answered the acquire after the decision, while the
+	// grant was held (so its key, if any, is Unlock's to delete).
+	kept []bool        // by node index
+	wake chan struct{} // the replies settle the round, or all arrived
 }
 
 // fanout sends fn to nodes, each in a task whose ctx keeps ctx's values and
@@ -195,7 +191,7 @@ func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ct
 	rd := &round{
 		res:  make([]nodeResult, len(r.clients)),
 		got:  make([]bool, len(r.clients)),
-		sent: make([]bool, len(r.clients)),
+		kept: make([]bool, len(r.clients)),
 		wake: make(chan struct{}, 1),
 	}
 	for _, i := range nodes {
@@ -293,24 +289,23 @@ func (r *Redlock) allNodes() []int {
 func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Duration, error) {
 	value := newValue(r.o.owner)
 	start := time.Now()
+	// A plain SET NX PX: a Redlock has no token to count and no waiter
+	// registry, so it needs nothing of the Mutex's acquire script.
 	setNX := func(ctx context.Context, _ int, c goredis.UniversalClient) (int64, error) {
-		v, err := acquireScript.Run(ctx, c, []string{r.keys.lock, r.keys.seq}, value, r.o.ttl.Milliseconds(), "0").Int64Slice()
-		if err != nil {
+		ok, err := c.SetNX(ctx, r.keys.lock, value, r.o.ttl).Result()
+		if err != nil || !ok {
 			return 0, err
 		}
-		if len(v) != 2 {
-			return 0, fmt.Errorf("acquire script returned %v", v)
-		}
-		return v[0], nil
+		return 1, nil
 	}
 	// A node that answers after the decision deletes its key again unless
-	// it granted while the grant is held, or after Unlock started but
-	// before Unlock's delete was sent to it (that delete, sent after this
-	// reply came back, removes the key): the grant does not count it, and
-	// Unlock may have passed it already.
+	// it answered while the grant is held (Unlock then deletes it): the
+	// grant does not count it, and Unlock leaves the nodes whose acquire
+	// is still out to this.
 	late := func(rd *round, i int, nr nodeResult) {
 		rd.mu.Lock()
-		keep := rd.alive || rd.releasing && !rd.sent[i]
+		keep := rd.alive
+		rd.kept[i] = keep
 		rd.mu.Unlock()
 		if nr.err == nil && (nr.n != 1 || keep) {
 			return
@@ -384,19 +379,23 @@ func (g *redlockGrant) extend(ctx context.Context, value string) (time.Time, err
 	return start, nil
 }
 
-// release implements grantOps: compare-and-delete on every node, decided
-// as soon as a majority released (or cannot), or the node timeout passed.
-// Nodes of the acquire that grant after this point delete their key
-// themselves.
+// release implements grantOps: compare-and-delete on every node that has
+// answered the acquire, decided as soon as a majority released (or
+// cannot), or the node timeout passed. A node whose acquire is still out
+// deletes its key itself when it answers, so that each node gets one
+// delete, sent after its SET was applied.
 func (g *redlockGrant) release(ctx context.Context, value string, _ func(error)) error {
 	r := g.r
 	g.rd.mu.Lock()
-	g.rd.alive, g.rd.releasing = false, true
+	g.rd.alive = false
+	var nodes []int
+	for i := range r.clients {
+		if g.rd.got[i] || g.rd.kept[i] {
+			nodes = append(nodes, i)
+		}
+	}
 	g.rd.mu.Unlock()
-	_, qe := r.fanout(ctx, "unlock", r.allNodes(), func(ctx context.Context, i int, c goredis.UniversalClient) (int64, error) {
-		g.rd.mu.Lock()
-		g.rd.sent[i] = true
-		g.rd.mu.Unlock()
+	_, qe := r.fanout(ctx, "unlock", nodes, func(ctx context.Context, _ int, c goredis.UniversalClient) (int64, error) {
 		return r.releaseOn(ctx, c, value)
 	}, r.settled, nil)
 	if qe.OK < r.quorum {
