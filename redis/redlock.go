@@ -186,7 +186,7 @@ type round struct {
 // reply. It returns the round and the tally at the decision, in which a
 // node that had not answered counts as failed only if the timeout or ctx
 // decided.
-func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ctx context.Context, i int, c goredis.UniversalClient) (int64, error),
+func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ctx context.Context, c goredis.UniversalClient) (int64, error),
 	enough func(ok, held, failed int) bool, late func(rd *round, i int, nr nodeResult)) (*round, *QuorumError) {
 	rd := &round{
 		res:  make([]nodeResult, len(r.clients)),
@@ -202,7 +202,7 @@ func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ct
 			// go-redis drops a command that waits for a connection when
 			// its ctx ends).
 			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.nodeTimeout)
-			n, err := fn(nctx, i, r.clients[i])
+			n, err := fn(nctx, r.clients[i])
 			cancel()
 			rd.mu.Lock()
 			if rd.decided {
@@ -291,7 +291,7 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 	start := time.Now()
 	// A plain SET NX PX: a Redlock has no token to count and no waiter
 	// registry, so it needs nothing of the Mutex's acquire script.
-	setNX := func(ctx context.Context, _ int, c goredis.UniversalClient) (int64, error) {
+	setNX := func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		ok, err := c.SetNX(ctx, r.keys.lock, value, r.o.ttl).Result()
 		if err != nil || !ok {
 			return 0, err
@@ -337,7 +337,7 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 	if len(dirty) > 0 {
 		cctx, cancel := cleanup.Context(ctx)
 		defer cancel()
-		r.fanout(cctx, "unlock", dirty, func(ctx context.Context, _ int, c goredis.UniversalClient) (int64, error) {
+		r.fanout(cctx, "unlock", dirty, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 			return r.releaseOn(ctx, c, value)
 		}, func(int, int, int) bool { return false }, nil)
 	}
@@ -370,7 +370,7 @@ type redlockGrant struct {
 func (g *redlockGrant) extend(ctx context.Context, value string) (time.Time, error) {
 	r := g.r
 	start := time.Now()
-	_, qe := r.fanout(ctx, "extend", r.allNodes(), func(ctx context.Context, _ int, c goredis.UniversalClient) (int64, error) {
+	_, qe := r.fanout(ctx, "extend", r.allNodes(), func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		return extendScript.Run(ctx, c, []string{r.keys.lock}, value, r.o.ttl.Milliseconds()).Int64()
 	}, r.settled, nil)
 	if qe.OK < r.quorum {
@@ -395,7 +395,7 @@ func (g *redlockGrant) release(ctx context.Context, value string, _ func(error))
 		}
 	}
 	g.rd.mu.Unlock()
-	_, qe := r.fanout(ctx, "unlock", nodes, func(ctx context.Context, _ int, c goredis.UniversalClient) (int64, error) {
+	_, qe := r.fanout(ctx, "unlock", nodes, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		return r.releaseOn(ctx, c, value)
 	}, r.settled, nil)
 	if qe.OK < r.quorum {
