@@ -141,6 +141,38 @@ func TestRedlockLateGrantAfterFailure(t *testing.T) {
 	}
 }
 
+// TestRedlockLateGrantWhileHeld: a node that answers the acquire after
+// Lock returned, while the grant is held, keeps its key (the grant may
+// well be extended there), and Unlock deletes it with the others. Unlock
+// sends its deletes only to the nodes that have answered the acquire, so
+// a late answer during the hold must count as one: were it dropped, the
+// resumed node would keep the key until its TTL.
+func TestRedlockLateGrantWhileHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const name = "late-held"
+	servers := redistest.StartN(t, 5)
+	r, err := redis.NewRedlock(defaultClients(t, servers), name, redis.WithTTL(time.Minute))
+	require.NoError(t, err)
+	drainAtEnd(t, r)
+	h, err := r.Lock(ctx) // warm the pools
+	require.NoError(t, err)
+	require.NoError(t, h.Unlock(ctx))
+	drain(t, r)
+
+	servers[3].Pause()
+	defer servers[3].Resume()
+	h, err = r.Lock(ctx)
+	require.NoError(t, err, "granted by the 4 live nodes")
+	servers[3].Resume()
+	drain(t, r) // node 3's SET answers while the grant is held
+	require.Equal(t, 5, keyCount(ctx, t, servers, name), "the late SET landed and is kept while held")
+
+	require.NoError(t, h.Unlock(ctx))
+	drain(t, r)
+	assert.Zero(t, keyCount(ctx, t, servers, name), "Unlock deleted the late node's key too")
+}
+
 // TestMutexStalledNode: with a default-option client on a stopped node,
 // Lock, TryLock and Unlock return when their ctx ends, with an error
 // matching ctx.Err(), long before go-redis' ReadTimeout (5s) would end the
