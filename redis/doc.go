@@ -67,13 +67,13 @@
 // completes, so a stalled node that resumes keeps no stray key. (A
 // Redlock's Unlock sends its compare-and-delete only to the nodes that have
 // answered the acquire: one whose acquire is still out deletes its key
-// itself when it answers, so each node gets one delete, sent after its SET
-// was applied.) A straggler lasts until its node answers or go-redis gives up: for a
-// client that honours ctx deadlines, at the node timeout (Redlock) or the
-// caller's deadline (Mutex); otherwise at the client's ReadTimeout (after
-// its WriteTimeout and, on a fresh connection, its DialTimeout); its
-// compare-and-delete is bounded the same way, and by 5s. Each Mutex and
-// Redlock tracks its stragglers: Drain waits for them, and a test (or a
+// itself when it answers, rather than also getting Unlock's delete, which
+// could reach it before its SET.) A straggler lasts until its node answers
+// or go-redis gives up: for a client that honours ctx deadlines, at the
+// node timeout (Redlock) or the caller's deadline (Mutex); otherwise at the
+// client's ReadTimeout (after its WriteTimeout and, on a fresh connection,
+// its DialTimeout); its compare-and-delete is bounded the same way, and by
+// 5s. Each Mutex and Redlock tracks its stragglers: Drain waits for them, and a test (or a
 // program about to close its clients) should call it first. If the node
 // stays stalled past those timeouts, the command may still run when it
 // resumes, after the compare-and-delete: the key then lives until its TTL,

@@ -18,13 +18,13 @@ import (
 const MinRedlockNodes = 3
 
 // Redlock is the Redlock algorithm over N ≥ 3 independent Redis masters: a
-// grant needs SET NX PX on a majority (N/2+1), sent to all nodes in
-// parallel, and is valid for TTL − elapsed − drift. Every call (acquire,
-// extend, release) decides as soon as the answers so far settle it (a
-// majority acted, or cannot) or the node timeout passed, without waiting
-// for the other nodes: a stalled node costs nothing while a majority
-// answers, and at most the node timeout otherwise. Their requests finish
-// in the background (Drain waits for them).
+// grant needs SET NX (with the TTL) on a majority (N/2+1), sent to all
+// nodes in parallel, and is valid for TTL − elapsed − drift. Every call
+// (acquire, extend, release) decides as soon as the answers so far settle
+// it (a majority acted, or cannot) or the node timeout passed, without
+// waiting for the other nodes: a stalled node costs nothing while a
+// majority answers, and at most the node timeout otherwise. Their requests
+// finish in the background (Drain waits for them).
 //
 // It survives the crash of a minority of nodes, under the assumptions that
 // the package documentation lists (bounded clock drift and pauses, nodes
@@ -289,8 +289,8 @@ func (r *Redlock) allNodes() []int {
 func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Duration, error) {
 	value := newValue(r.o.owner)
 	start := time.Now()
-	// A plain SET NX PX: a Redlock has no token to count and no waiter
-	// registry, so it needs nothing of the Mutex's acquire script.
+	// A plain SET NX with the TTL: a Redlock has no token to count and no
+	// waiter registry, so it needs nothing of the Mutex's acquire script.
 	setNX := func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		ok, err := c.SetNX(ctx, r.keys.lock, value, r.o.ttl).Result()
 		if err != nil || !ok {
@@ -382,8 +382,9 @@ func (g *redlockGrant) extend(ctx context.Context, value string) (time.Time, err
 // release implements grantOps: compare-and-delete on every node that has
 // answered the acquire, decided as soon as a majority released (or
 // cannot), or the node timeout passed. A node whose acquire is still out
-// deletes its key itself when it answers, so that each node gets one
-// delete, sent after its SET was applied.
+// deletes its key itself when it answers, instead of also getting this
+// delete (which could reach it before its SET); it counts as a node where
+// the grant is gone, since it will not keep it.
 func (g *redlockGrant) release(ctx context.Context, value string, _ func(error)) error {
 	r := g.r
 	g.rd.mu.Lock()
@@ -395,9 +396,11 @@ func (g *redlockGrant) release(ctx context.Context, value string, _ func(error))
 		}
 	}
 	g.rd.mu.Unlock()
+	out := len(r.clients) - len(nodes)
 	_, qe := r.fanout(ctx, "unlock", nodes, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		return r.releaseOn(ctx, c, value)
-	}, r.settled, nil)
+	}, func(ok, held, failed int) bool { return r.settled(ok, held+out, failed) }, nil)
+	qe.Held += out
 	if qe.OK < r.quorum {
 		return qe
 	}

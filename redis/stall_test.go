@@ -173,6 +173,51 @@ func TestRedlockLateGrantWhileHeld(t *testing.T) {
 	assert.Zero(t, keyCount(ctx, t, servers, name), "Unlock deleted the late node's key too")
 }
 
+// TestRedlockUnlockCountsNodesStillOut: Unlock skips the nodes whose
+// acquire is still out (they delete their own late SET) and counts them as
+// nodes where the grant is gone, so that with the grant also gone by hand
+// on two of the three nodes that granted, Unlock reports the lock lost,
+// not merely no quorum.
+func TestRedlockUnlockCountsNodesStillOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const name = "still-out"
+	servers := redistest.StartN(t, 5)
+	r, err := redis.NewRedlock(defaultClients(t, servers), name, redis.WithTTL(time.Minute))
+	require.NoError(t, err)
+	drainAtEnd(t, r)
+	h, err := r.Lock(ctx) // warm the pools
+	require.NoError(t, err)
+	require.NoError(t, h.Unlock(ctx))
+	drain(t, r)
+
+	for _, i := range []int{3, 4} {
+		servers[i].Pause()
+		defer servers[i].Resume()
+	}
+	h, err = r.Lock(ctx)
+	require.NoError(t, err, "granted by nodes 0, 1 and 2")
+	key := redis.DefaultKeyPrefix + "{" + name + "}"
+	for _, i := range []int{0, 1} {
+		require.NoError(t, servers[i].Client(t).Del(ctx, key).Err())
+	}
+	err = h.Unlock(ctx)
+	assert.ErrorIs(t, err, redis.ErrLockLost, "gone on 0 and 1, and never kept on 3 and 4: a majority")
+	var qe *redis.QuorumError
+	if assert.ErrorAs(t, err, &qe) {
+		// Decided once the gone count passed N − quorum: node 2 (and one
+		// of 0 and 1) may not have answered by then.
+		assert.Greater(t, qe.Held, qe.Nodes-qe.Quorum, "the two nodes still out count as gone")
+		assert.LessOrEqual(t, qe.OK, 1)
+	}
+
+	for _, i := range []int{3, 4} {
+		servers[i].Resume()
+	}
+	drain(t, r)
+	assert.Zero(t, keyCount(ctx, t, servers, name), "the resumed nodes deleted their late SETs")
+}
+
 // TestMutexStalledNode: with a default-option client on a stopped node,
 // Lock, TryLock and Unlock return when their ctx ends, with an error
 // matching ctx.Err(), long before go-redis' ReadTimeout (5s) would end the
