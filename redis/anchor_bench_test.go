@@ -156,10 +156,20 @@ func redsyncFn(cs []goredis.UniversalClient, name string, opts ...redsync.Option
 }
 
 // BenchmarkVsRedislock: uncontended Lock+Unlock on one Redis node, dlock's
-// Mutex (with its fencing token) against bsm/redislock (none).
+// Mutex (with its fencing token) against bsm/redislock (none), on a client
+// that honours ctx deadlines (the Mutex runs its commands inline).
 func BenchmarkVsRedislock(b *testing.B) {
 	s := redistest.Start(b)
 	c := s.Client(b)
+	uncontended(b, mutexFn(b, c, "bench/vs"), redislockFn(c, "anchor/vs"), "redislock")
+}
+
+// BenchmarkVsRedislockDefaultClient: the same on a client with go-redis'
+// default options (the Mutex runs each command in a goroutine, to return
+// on time from a stalled node).
+func BenchmarkVsRedislockDefaultClient(b *testing.B) {
+	s := redistest.Start(b)
+	c := s.DefaultClient(b)
 	uncontended(b, mutexFn(b, c, "bench/vs"), redislockFn(c, "anchor/vs"), "redislock")
 }
 

@@ -50,10 +50,18 @@
 // stalled node for long past its ctx, nor a Redlock call past the node
 // timeout (WithNodeTimeout):
 //
-//   - a Mutex runs each command in a goroutine of its own when ctx can
-//     end; once ctx ended, the caller waits at most the node timeout more
-//     for the answer (a responsive node gives it, and the caller cleans up
-//     at once if it granted), and as long for that cleanup;
+//   - with a client that honours ctx deadlines (ContextTimeoutEnabled on
+//     a *redis.Client, *redis.ClusterClient or *redis.Ring), a Mutex runs
+//     each command in the caller's goroutine with its deadline capped at
+//     the node timeout from its start (when ctx can end), and go-redis
+//     gives up on a stalled node by then: a node slower than the node
+//     timeout fails the command (Lock retries), and a command go-redis
+//     gave up on may still run when the node resumes (see Stragglers);
+//   - with any other client, a Mutex runs each command in a goroutine of
+//     its own when ctx can end; once ctx ended, the caller waits at most
+//     the node timeout more for the answer (a responsive node gives it,
+//     and the caller cleans up at once if it granted), and as long for
+//     that cleanup;
 //   - a Redlock sends each request to all nodes at once and decides as
 //     soon as the answers so far settle the outcome (a majority granted,
 //     or cannot), the node timeout passed, or ctx ended.
@@ -70,14 +78,16 @@
 // itself when it answers, rather than also getting Unlock's delete, which
 // could reach it before its SET.) A straggler lasts until its node answers
 // or go-redis gives up: for a client that honours ctx deadlines, at the
-// node timeout (Redlock) or the caller's deadline (Mutex); otherwise at the
-// client's ReadTimeout (after its WriteTimeout and, on a fresh connection,
-// its DialTimeout); its compare-and-delete is bounded the same way, and by
-// 5s. Each Mutex and Redlock tracks its stragglers: Drain waits for them, and a test (or a
-// program about to close its clients) should call it first. If the node
-// stays stalled past those timeouts, the command may still run when it
-// resumes, after the compare-and-delete: the key then lives until its TTL,
-// as after a crash.
+// node timeout (Redlock); otherwise at the client's ReadTimeout (after its
+// WriteTimeout and, on a fresh connection, its DialTimeout); its
+// compare-and-delete is bounded the same way, and by 5s. (A Mutex on a
+// client that honours ctx deadlines has no stragglers but its cleanups: a
+// command that go-redis gave up on is followed by a compare-and-delete,
+// which may be a straggler.) Each Mutex and Redlock tracks its
+// stragglers: Drain waits for them, and a test (or a program about to
+// close its clients) should call it first. If the node stays stalled past
+// those timeouts, the command may still run when it resumes, after the
+// compare-and-delete: the key then lives until its TTL, as after a crash.
 //
 // # Telemetry
 //
@@ -142,13 +152,15 @@
 //     where PUBLISH does not count them: each release then wakes up to 8
 //     waiters and drops them from the set (they register again at their
 //     next attempt).
-//   - Each Mutex command runs in a goroutine of its own when ctx can end
-//     (see Clients): that is what lets a call return on time from a
-//     stalled node, and it costs a goroutine switch per command (about
-//     15 µs here), which makes an uncontended Lock+Unlock about 1.5×
-//     (1.41–1.70) as slow as bsm/redislock's, which waits on a stalled
-//     node for the client's ReadTimeout (BenchmarkVsRedislock). With a ctx that cannot
-//     end (context.Background) commands run in the caller's goroutine.
+//   - On a client that does not honour ctx deadlines (go-redis' default
+//     options), each Mutex command runs in a goroutine of its own when ctx
+//     can end (see Clients): that is what lets a call return on time from
+//     a stalled node, and the hand-off costs about a third of an
+//     uncontended Lock+Unlock on loopback. With ContextTimeoutEnabled the
+//     commands run in the caller's goroutine, and an uncontended
+//     Lock+Unlock is level with bsm/redislock's (BenchmarkVsRedislock). With
+//     a ctx that cannot end (context.Background) commands run in the
+//     caller's goroutine on any client, bounded only by its timeouts.
 //   - Lock retries all errors (a node down, a timeout) until its ctx ends;
 //     bound it with a deadline. TryLock reports them at once.
 //   - With Redlock, a node that has not answered within the node timeout

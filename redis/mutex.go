@@ -39,6 +39,9 @@ type Mutex struct {
 	o      options
 	tel    *telemetry.T
 	tasks  tasks // stragglers: see Drain
+	// capped: the client honours ctx deadlines, so commands run in the
+	// caller's goroutine with their deadline capped (see call).
+	capped bool
 }
 
 var _ lock.Locker = (*Mutex)(nil)
@@ -62,7 +65,7 @@ func New(client goredis.UniversalClient, name string, opts ...Option) (*Mutex, e
 			return nil, fmt.Errorf("%w: replicas: WAIT needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalidOption, client)
 		}
 	}
-	return &Mutex{client: client, name: name, keys: newKeys(o.prefix, name), o: o, tel: telemetry.New(o.tel, "redis")}, nil
+	return &Mutex{client: client, name: name, keys: newKeys(o.prefix, name), o: o, tel: telemetry.New(o.tel, "redis"), capped: honoursDeadlines(client)}, nil
 }
 
 // Name returns the lock's name.
@@ -113,7 +116,7 @@ func (m *Mutex) TryLock(ctx context.Context) (lock.Held, error) {
 // Owner returns the owner stored (WithOwner) by the current holder, and
 // whether the lock is held at all.
 func (m *Mutex) Owner(ctx context.Context) (owner string, held bool, err error) {
-	v, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, func() (string, error) { return m.client.Get(ctx, m.keys.lock).Result() }, nil)
+	v, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, m.capped, func(ctx context.Context) (string, error) { return m.client.Get(ctx, m.keys.lock).Result() }, nil)
 	if errors.Is(err, goredis.Nil) {
 		return "", false, nil
 	}
@@ -142,7 +145,9 @@ type acquireReply struct {
 func (m *Mutex) attempt(ctx context.Context, op, wid string) (*Grant, time.Duration, error) {
 	value := newValue(m.o.owner)
 	start := time.Now()
-	r, err, ok := call(ctx, &m.tasks, m.o.nodeTimeout, func() (acquireReply, error) { return m.grant(ctx, value, wid) },
+	// WAIT may take longer than the node timeout: with replicas the
+	// acquire is not capped.
+	r, err, ok := call(ctx, &m.tasks, m.o.nodeTimeout, m.capped && m.o.replicas == 0, func(ctx context.Context) (acquireReply, error) { return m.grant(ctx, value, wid) },
 		func(r acquireReply, err error) {
 			// The caller gave up on this attempt: undo it if it may have
 			// granted.
@@ -178,7 +183,8 @@ func (m *Mutex) attempt(ctx context.Context, op, wid string) (*Grant, time.Durat
 // bounded context; it returns when that is done, or at most the node
 // timeout after ctx ended (the delete then finishes in the background).
 func (m *Mutex) cleanup(ctx context.Context, value string) {
-	_, _, _ = call(ctx, &m.tasks, m.o.nodeTimeout, func() (struct{}, error) {
+	// Never capped: the delete goes on in the background if need be.
+	_, _, _ = call(ctx, &m.tasks, m.o.nodeTimeout, false, func(context.Context) (struct{}, error) {
 		m.releaseDetached(ctx, value)
 		return struct{}{}, nil
 	}, nil)
@@ -269,7 +275,7 @@ func (m *Mutex) leave(ctx context.Context, wid string) {
 // extend implements grantOps.
 func (m *Mutex) extend(ctx context.Context, value string) (time.Time, error) {
 	start := time.Now()
-	n, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, func() (int64, error) {
+	n, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, m.capped, func(ctx context.Context) (int64, error) {
 		return extendScript.Run(ctx, m.client, []string{m.keys.lock}, value, m.o.ttl.Milliseconds()).Int64()
 	}, nil)
 	if err != nil {
@@ -283,7 +289,7 @@ func (m *Mutex) extend(ctx context.Context, value string) (time.Time, error) {
 
 // release implements grantOps.
 func (m *Mutex) release(ctx context.Context, value string, late func(error)) error {
-	_, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, func() (struct{}, error) {
+	_, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, m.capped, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, m.releaseOn(ctx, m.client, value)
 	}, func(_ struct{}, err error) { late(err) })
 	return err
@@ -298,6 +304,20 @@ func (m *Mutex) releaseOn(ctx context.Context, c goredis.Scripter, value string)
 		return fmt.Errorf("key expired or taken over: %w", ErrLockLost)
 	}
 	return nil
+}
+
+// honoursDeadlines reports whether c is a go-redis client built with
+// ContextTimeoutEnabled, which bounds reads and writes by ctx's deadline.
+func honoursDeadlines(c goredis.UniversalClient) bool {
+	switch cl := c.(type) {
+	case *goredis.Client:
+		return cl.Options().ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		return cl.Options().ContextTimeoutEnabled
+	case *goredis.Ring:
+		return cl.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // isNil reports whether c is nil or a typed nil of a known client type.

@@ -30,8 +30,9 @@ const (
 	// MaxDriftFactor bounds WithDriftFactor (exclusive).
 	MaxDriftFactor = 0.5
 	// DefaultNodeTimeout bounds how long a Redlock call waits for each
-	// node, and how long a Mutex call still waits for its node after its
-	// ctx ended, when WithNodeTimeout is not given. It also bounds how long
+	// node, and a Mutex command (on a client that honours ctx deadlines) or
+	// how long a Mutex call still waits for its node after its ctx ended
+	// (on other clients), when WithNodeTimeout is not given. It also bounds how long
 	// a waiting Lock waits for its subscription to release notifications
 	// to be confirmed.
 	DefaultNodeTimeout = 200 * time.Millisecond
@@ -109,10 +110,13 @@ func WithDriftFactor(f float64) Option { return func(o *options) { o.drift = f }
 // sooner when the answers so far settle it (a majority acted, or cannot);
 // the requests it did not wait for finish in the background (see the
 // package documentation, "Stragglers"). The request's ctx carries the same
-// deadline, for clients that honour it. On a Mutex it bounds how long a
-// call still waits for its node after the caller's ctx ended (so that it
-// can learn the outcome and clean up) before it returns and leaves the
-// command to the background. Optional, defaults to DefaultNodeTimeout
+// deadline, for clients that honour it. On a Mutex whose client honours
+// ctx deadlines (ContextTimeoutEnabled) it caps each command's deadline,
+// when the caller's ctx can end: a command that has no reply by then
+// fails. On other clients it bounds how long a call still waits for its
+// node after the caller's ctx ended (so that it can learn the outcome and
+// clean up) before it returns and leaves the command to the background.
+// Optional, defaults to DefaultNodeTimeout
 // (200ms). It must be positive, and for a Redlock shorter than the TTL.
 func WithNodeTimeout(d time.Duration) Option { return func(o *options) { o.nodeTimeout = d } }
 

@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -89,15 +91,42 @@ type pending[T any] struct {
 // can.
 //
 // A ctx that cannot end (Done returns nil) runs fn in the caller's
-// goroutine.
-func call[T any](ctx context.Context, ts *tasks, grace time.Duration, fn func() (T, error), late func(T, error)) (v T, err error, ok bool) {
+// goroutine, as does any ctx when capped is true: the client honours ctx
+// deadlines (ContextTimeoutEnabled), and fn gets ctx with its deadline
+// capped at grace from now, so that go-redis itself gives up on a stalled
+// node by then, which is at most grace after ctx ends. That path spares
+// the hand-off to a goroutine and back (a third of an uncontended
+// Lock+Unlock on loopback), and late is never called: a command is never
+// left running.
+func call[T any](ctx context.Context, ts *tasks, grace time.Duration, capped bool, fn func(ctx context.Context) (T, error), late func(T, error)) (v T, err error, ok bool) {
 	if ctx.Done() == nil {
-		v, err = fn()
+		v, err = fn(ctx)
+		return v, err, true
+	}
+	if capped {
+		cctx := ctx
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > grace {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(ctx, grace)
+			defer cancel()
+		}
+		v, err = fn(cctx)
+		if err != nil {
+			// go-redis reports a passed deadline as an i/o timeout: say
+			// which one passed.
+			if cerr := ctx.Err(); cerr != nil {
+				if !errors.Is(err, cerr) {
+					err = fmt.Errorf("%w: %w", cerr, err)
+				}
+			} else if cctx.Err() != nil {
+				err = fmt.Errorf("no reply within the node timeout (%v): %w", grace, err)
+			}
+		}
 		return v, err, true
 	}
 	p := &pending[T]{done: make(chan struct{})}
 	ts.goTask(func() {
-		v, err := fn()
+		v, err := fn(ctx)
 		p.mu.Lock()
 		p.v, p.err, p.finished = v, err, true
 		abandoned := p.abandoned
