@@ -55,8 +55,10 @@
 //     each command in the caller's goroutine with its deadline capped at
 //     the node timeout from its start (when ctx can end), and go-redis
 //     gives up on a stalled node by then: a node slower than the node
-//     timeout fails the command (Lock retries), and a command go-redis
-//     gave up on may still run when the node resumes (see Stragglers);
+//     timeout fails the command (Lock retries), the compare-and-delete
+//     that follows a failed acquire is waited for as long again before it
+//     goes on in the background, and a command go-redis gave up on may
+//     still run when the node resumes (see Stragglers);
 //   - with any other client, a Mutex runs each command in a goroutine of
 //     its own when ctx can end; once ctx ended, the caller waits at most
 //     the node timeout more for the answer (a responsive node gives it,

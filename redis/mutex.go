@@ -182,9 +182,17 @@ func (m *Mutex) attempt(ctx context.Context, op, wid string) (*Grant, time.Durat
 // cleanup deletes the grant value if it is still there, with a detached
 // bounded context; it returns when that is done, or at most the node
 // timeout after ctx ended (the delete then finishes in the background).
+// On a capped client (when ctx can end) it waits at most the node timeout
+// from now, as its commands do.
 func (m *Mutex) cleanup(ctx context.Context, value string) {
-	// Never capped: the delete goes on in the background if need be.
-	_, _, _ = call(ctx, &m.tasks, m.o.nodeTimeout, false, func(context.Context) (struct{}, error) {
+	wait := ctx
+	if m.capped && ctx.Done() != nil {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(ctx, time.Now())
+		defer cancel()
+	}
+	// Not capped itself: the delete goes on in the background if need be.
+	_, _, _ = call(wait, &m.tasks, m.o.nodeTimeout, false, func(context.Context) (struct{}, error) {
 		m.releaseDetached(ctx, value)
 		return struct{}{}, nil
 	}, nil)

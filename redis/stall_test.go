@@ -354,3 +354,56 @@ func TestRedlockReleaseOutlivesCallerCtx(t *testing.T) {
 	drain(t, r)
 	assert.Zero(t, keyCount(ctx, t, servers, name), "node 2's release ran after the caller's ctx ended")
 }
+
+// TestMutexNodeTimeoutCapsCommands: on a client that honours ctx deadlines
+// a Mutex caps each command at the node timeout, so a TryLock on a stopped
+// node fails by then although its ctx has a minute left; a default-option
+// client, whose commands run in goroutines instead, waits for the ctx (or
+// go-redis' ReadTimeout): the control.
+func TestMutexNodeTimeoutCapsCommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := redistest.Start(t)
+	capped := newMutex(t, s.Client(t), "capped", redis.WithNodeTimeout(100*time.Millisecond))
+	control := newMutex(t, s.DefaultClient(t), "capped", redis.WithNodeTimeout(100*time.Millisecond))
+	drainAtEnd(t, capped)
+	drainAtEnd(t, control)
+	for _, m := range []*redis.Mutex{capped, control} {
+		h, err := m.TryLock(ctx) // warm the pool
+		require.NoError(t, err)
+		require.NoError(t, h.Unlock(ctx))
+	}
+
+	s.Pause()
+	defer s.Resume()
+	type result struct {
+		h   lock.Held
+		err error
+	}
+	cappedGot, controlGot := make(chan error, 1), make(chan result, 1)
+	go func() { _, err := capped.TryLock(ctx); cappedGot <- err }()
+	go func() { h, err := control.TryLock(ctx); controlGot <- result{h, err} }()
+	select {
+	case err := <-cappedGot:
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "no reply within the node timeout (100ms)")
+		assert.NoError(t, ctx.Err(), "the caller's ctx is still live")
+	case <-time.After(2 * time.Second): // < ReadTimeout (5s)
+		t.Fatal("TryLock on a capped client waited on the stalled node past its node timeout")
+	}
+	select {
+	case <-controlGot:
+		t.Fatal("the control returned while the node is stopped")
+	default: // still waiting on the node, as its ctx allows
+	}
+	s.Resume()
+	select {
+	case r := <-controlGot:
+		t.Logf("the control's TryLock returned once the node resumed: %v", r.err)
+		if r.h != nil { // it may be granted once the node resumes
+			require.NoError(t, r.h.Unlock(ctx))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the control's TryLock did not return after the node resumed")
+	}
+}
