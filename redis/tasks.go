@@ -95,7 +95,7 @@ type pending[T any] struct {
 // deadlines (ContextTimeoutEnabled), and fn gets ctx with its deadline
 // capped at grace from now, so that go-redis itself gives up on a stalled
 // node by then, which is at most grace after ctx ends. That path spares
-// the hand-off to a goroutine and back (a third of an uncontended
+// the hand-off to a goroutine and back (about an eighth of an uncontended
 // Lock+Unlock on loopback), and late is never called: a command is never
 // left running.
 func call[T any](ctx context.Context, ts *tasks, grace time.Duration, capped bool, fn func(ctx context.Context) (T, error), late func(T, error)) (v T, err error, ok bool) {
