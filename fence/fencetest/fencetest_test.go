@@ -54,11 +54,18 @@ func TestInterleave(t *testing.T) {
 	assert.Equal(t, uint64(fencetest.Top), g.Highest("n"))
 }
 
+// hotName is the lock name of the suite's Concurrent subtest.
+const hotName = "fencetest/hot"
+
 // A broken guard: a MemoryGuard's logic with one fault.
 type brokenGuard struct {
 	fault string
 	mu    sync.Mutex
 	marks map[string]uint64
+	// "checks, then sets, not atomically": the admit in the window
+	// between check and set, and its token's Seq.
+	inWindow  chan struct{}
+	windowSeq uint64
 }
 
 func (g *brokenGuard) Admit(ctx context.Context, t fence.Token) error {
@@ -78,12 +85,30 @@ func (g *brokenGuard) Admit(ctx context.Context, t fence.Token) error {
 	}
 	g.mu.Lock()
 	h := g.marks[key]
-	if g.fault == "checks, then sets, not atomically" {
+	var mine chan struct{}
+	if g.fault == "checks, then sets, not atomically" && t.Name == hotName && t.Seq >= h {
+		// The window between the check and the set, scheduled at its
+		// worst: under the Concurrent subtest's load, the first admit
+		// in it that the check passed stays there until another admit
+		// has set a higher mark (or 200 ms passed: the top token), then
+		// sets its own mark on the check it made before. (A 50 µs sleep,
+		// and a 2 ms window, let some CI runs interleave too little for
+		// the suite to see the fault.)
+		if g.inWindow == nil {
+			mine = make(chan struct{})
+			g.inWindow, g.windowSeq = mine, t.Seq
+		}
 		g.mu.Unlock()
-		// A window wide enough that other admits run in it on any machine
-		// (a Gosched alone let a CI run interleave nothing).
-		time.Sleep(50 * time.Microsecond)
+		if mine != nil {
+			select {
+			case <-mine:
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 		g.mu.Lock()
+		if g.inWindow == mine {
+			g.inWindow = nil
+		}
 	}
 	defer g.mu.Unlock()
 	var stale bool
@@ -113,6 +138,10 @@ func (g *brokenGuard) Admit(ctx context.Context, t fence.Token) error {
 		return &fence.StaleTokenError{Name: t.Name, Seq: t.Seq, Highest: h}
 	}
 	g.marks[key] = t.Seq
+	if g.inWindow != nil && g.inWindow != mine && t.Seq > g.windowSeq {
+		close(g.inWindow)
+		g.inWindow = nil
+	}
 	if g.fault == "admits, then reports ctx" {
 		return ctx.Err()
 	}
