@@ -133,7 +133,10 @@ func (m *Mutex) Owner(ctx context.Context) (owner string, held bool, err error) 
 // when the node answers or the client's own timeouts pass (see the package
 // documentation, "Stragglers"). Call Drain before closing the client, so
 // that those cleanups can still reach the node. m stays usable during and
-// after Drain.
+// after Drain. When Drain returns, no goroutine of m's is left: it also
+// ends the workers that stay warm for m's next call (on a client with
+// go-redis' default options each command runs in one, as does a waiter's
+// subscription; they exit on their own 100 ms after their last task).
 func (m *Mutex) Drain(ctx context.Context) error { return m.tasks.wait(ctx) }
 
 // acquireReply is the acquire script's answer.

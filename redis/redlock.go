@@ -144,7 +144,10 @@ func (r *Redlock) TryLock(ctx context.Context) (lock.Held, error) {
 // Each ends when its node answers or the client's own timeouts pass (see
 // the package documentation, "Stragglers"). Call Drain before closing the
 // clients, so that those cleanups can still reach the nodes. r stays
-// usable during and after Drain.
+// usable during and after Drain. When Drain returns, no goroutine of r's
+// is left: it also ends the workers that stay warm for r's next call (each
+// node request runs in one; they exit on their own 100 ms after their
+// last task).
 func (r *Redlock) Drain(ctx context.Context) error { return r.tasks.wait(ctx) }
 
 // nodeResult is one node's reply in a fan-out.
