@@ -665,12 +665,12 @@ func heapNow() uint64 {
 // (no-op providers), interleaved in one loop. All the contenders lock the
 // same name on one session, so they touch the same keys. Two controls run
 // in the same loop: a second "off" Mutex (off2/off, x-aa, is the noise
-// floor of x-off; both are the baseline), and the SDK floor: an "off" Mutex with the least
-// telemetry the instruments and spans need done by hand around it (one
-// span with the outcome, wait, token and queued attributes, one histogram
-// record, the held counter up and down, on the same providers). x-floor
-// is what the SDK costs any instrumented lock here; x-over-floor is what
-// dlock's telemetry costs beyond it.
+// floor of x-off; the two are the baseline together), and the SDK floor:
+// an "off" Mutex with the least telemetry the instruments and spans need
+// done by hand around it (one span with the outcome, wait, token and
+// queued attributes, one histogram record, the held counter up and down,
+// on the same providers). x-floor is what the SDK costs any instrumented
+// lock here; x-over-floor is what dlock's telemetry costs beyond it.
 func BenchmarkTelemetryOverhead(b *testing.B) {
 	c := etcdtest.New(b)
 	cli := c.Client(b)
