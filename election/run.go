@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/lossctx"
 	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/session"
 )
@@ -201,19 +202,9 @@ func (r *runner) once(ctx context.Context) (again bool, err error) {
 
 // lead runs OnElected for term and steps down after it.
 func (r *runner) lead(ctx context.Context, term *Term) (again bool, err error) {
-	leadCtx, cancel := context.WithCancelCause(ctx)
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case <-term.Done():
-			cancel(term.Err())
-		case <-leadCtx.Done():
-		}
-	}()
-	defer func() {
-		cancel(nil)
-		<-watchDone
+	leadCtx, stop := lossctx.With(ctx, ErrLeadershipLost, term)
+	defer func() { // also when OnElected panics: the panic goes on after it
+		stop()
 		if term.Err() == nil {
 			rctx, rcancel := cleanup.Context(ctx)
 			_ = term.Resign(rctx) // on failure the session's Close revokes the lease

@@ -257,3 +257,37 @@ func TestRunNeverElectedStillStops(t *testing.T) {
 	assert.ErrorIs(t, recv(t, ctx, errc, "Run"), context.Canceled)
 	assert.Len(t, stops, 1, "OnStoppedLeading is called exactly once")
 }
+
+// A panic in OnElected resigns the term and calls OnStoppedLeading before
+// it reaches Run's caller: no candidate key is left, and another
+// candidate is elected.
+func TestRunResignsOnPanic(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := etcdtest.Context(t)
+	var term *election.Term
+	stopped := false
+	func() {
+		defer func() {
+			assert.Equal(t, "boom", recover(), "the panic reaches Run's caller")
+		}()
+		_ = election.Run(ctx, election.Config{
+			Client: cli, Name: "panic", Value: "me",
+			OnElected: func(ctx context.Context, t *election.Term) error {
+				term = t
+				panic("boom")
+			},
+			OnStoppedLeading: func() { stopped = true },
+		})
+	}()
+	require.NotNil(t, term)
+	assert.True(t, stopped, "OnStoppedLeading ran")
+	assert.ErrorIs(t, term.Err(), election.ErrResigned)
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, term.Key()), "no candidate key left")
+	el, err := election.New(etcdtest.Session(t, cli), "panic")
+	require.NoError(t, err)
+	next, err := el.Campaign(ctx, "next")
+	require.NoError(t, err, "another candidate is elected")
+	assert.Greater(t, next.Epoch(), term.Epoch())
+	require.NoError(t, next.Resign(ctx))
+}

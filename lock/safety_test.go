@@ -478,3 +478,35 @@ func TestMutexOnManager(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrSessionDone)
 	assert.ErrorIs(t, err, session.ErrClosed)
 }
+
+// A panic in Do's fn releases the lock before it goes on: another
+// session's TryLock is granted, no key is left, and the grant's Done is
+// closed. (A recovered panic used to leave the key until the session
+// ended: never, on a renewing Client.)
+func TestDoReleasesOnPanic(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := etcdtest.Context(t)
+	m := newMutex(t, etcdtest.Session(t, cli), "panic")
+	var held lock.Held
+	func() {
+		defer func() {
+			assert.Equal(t, "boom", recover(), "the panic reaches Do's caller")
+		}()
+		_ = lock.Do(ctx, m, func(ctx context.Context, h lock.Held) error {
+			held = h
+			panic("boom")
+		})
+	}()
+	require.NotNil(t, held)
+	select {
+	case <-held.Done():
+	default:
+		t.Error("the grant's Done is open after the panic")
+	}
+	assert.ErrorIs(t, held.Err(), lock.ErrUnlocked)
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, m.Prefix()), "no key left")
+	h2, err := newMutex(t, etcdtest.Session(t, cli), "panic").TryLock(ctx)
+	require.NoError(t, err, "another session gets the lock")
+	require.NoError(t, h2.Unlock(ctx))
+}
