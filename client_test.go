@@ -248,9 +248,10 @@ func TestAuthLimitedToPrefix(t *testing.T) {
 	_, err = del.Campaign(ctx, "me")
 	assert.ErrorContains(t, err, `readwrite permission on the keys with prefix "other/election/"`)
 
-	bad, err := dlock.ParseDSN("etcd://app:wrong@" + hp + "/app")
+	bad, err := dlock.ParseDSN("etcd://app:wr0ngPassw0rd@" + hp + "/app")
 	require.NoError(t, err)
 	_, err = dlock.Open(ctx, bad)
 	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "wr0ngPassw0rd", "a failed login does not print the password")
 	assert.True(t, strings.Contains(err.Error(), "authentication failed") || errors.Is(err, context.DeadlineExceeded), "%v", err)
 }

@@ -61,7 +61,7 @@ func ParseDSN(dsn string) (Config, error) {
 	}
 	scheme, rest, ok := strings.Cut(dsn, "://")
 	if !ok {
-		return bad("%q has no scheme (want etcd://, redis:// or redlock://)", dsn)
+		return bad("%q has no scheme (want etcd://, redis:// or redlock://)", RedactDSN(dsn))
 	}
 	sc, ok := schemes[scheme]
 	if !ok {
@@ -75,20 +75,19 @@ func ParseDSN(dsn string) (Config, error) {
 	case sc.sentinel:
 		port = defaultSentinelPort
 	}
-	rest, rawQuery, _ := strings.Cut(rest, "?")
-	authority, path, _ := strings.Cut(rest, "/")
-	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-		info := authority[:at]
-		authority = authority[at+1:]
+	if info, after, ok := userinfo(rest); ok {
+		rest = after
 		user, pass, _ := strings.Cut(info, ":")
 		var err error
 		if c.Username, err = url.PathUnescape(user); err != nil {
 			return bad("username: %v", err)
 		}
 		if c.Password, err = url.PathUnescape(pass); err != nil {
-			return bad("password: %v", err)
+			return bad("password: not a valid URL escape (escape %%, @, / and ? in a password as %%25, %%40, %%2F and %%3F)")
 		}
 	}
+	rest, rawQuery, _ := strings.Cut(rest, "?")
+	authority, path, _ := strings.Cut(rest, "/")
 	if authority == "" {
 		return bad("no hosts")
 	}

@@ -102,7 +102,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	var results []benchResult
 	for i, cfg := range cfgs {
-		b := bencher{cfg: cfg, label: redact(dsns[i]), clients: *clients, duration: *duration, hold: *hold, name: *name}
+		b := bencher{cfg: cfg, label: dlock.RedactDSN(dsns[i]), clients: *clients, duration: *duration, hold: *hold, name: *name}
 		if *progress || isTerminal(e.stderr) {
 			b.progress = e.stderr
 		}
@@ -442,23 +442,4 @@ func round(d time.Duration) time.Duration {
 		return d.Round(10 * time.Microsecond)
 	}
 	return d.Round(time.Microsecond)
-}
-
-// redact removes a password from a DSN for display.
-func redact(dsn string) string {
-	scheme, rest, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return dsn
-	}
-	authority, path, hasPath := strings.Cut(rest, "/")
-	at := strings.LastIndexByte(authority, '@')
-	if at < 0 {
-		return dsn
-	}
-	user, _, _ := strings.Cut(authority[:at], ":")
-	out := scheme + "://" + user + "@" + authority[at+1:]
-	if hasPath {
-		out += "/" + path
-	}
-	return out
 }

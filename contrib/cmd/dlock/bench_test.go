@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/redistest"
 )
@@ -40,8 +41,8 @@ func TestPercentile(t *testing.T) {
 	assert.Equal(t, "50ms", pct(ds, 0.50))
 	assert.Equal(t, "99ms", pct(ds, 0.99))
 	assert.Equal(t, "-", pct(nil, 0.5))
-	assert.Equal(t, "etcd://u@h:1/p", redact("etcd://u:secret@h:1/p"))
-	assert.Equal(t, "redis://h:1", redact("redis://h:1"))
+	assert.Equal(t, "etcd://u:xxxxx@h:1/p", dlock.RedactDSN("etcd://u:secret@h:1/p"))
+	assert.Equal(t, "redis://h:1", dlock.RedactDSN("redis://h:1"))
 }
 
 // TestBenchBackends compares etcd, Redis and Redlock side by side.
@@ -135,7 +136,7 @@ func TestHistogram(t *testing.T) {
 	assert.Contains(t, out.String(), "<= 500µs |"+strings.Repeat(" ", histWidth)+"| 0")
 	assert.Contains(t, out.String(), "> 50s |"+strings.Repeat("#", histWidth/2)+strings.Repeat(" ", histWidth/2)+"| 1")
 
-	rec := benchResult{label: redact("redis://u:secret@h:1"), backend: "redis", clients: 1, elapsed: 2 * time.Second, acquire: ds}.record()
+	rec := benchResult{label: dlock.RedactDSN("redis://u:secret@h:1"), backend: "redis", clients: 1, elapsed: 2 * time.Second, acquire: ds}.record()
 	assert.Equal(t, "redis://u@h:1", rec.DSN)
 	assert.Equal(t, 5, rec.Ops)
 	assert.Equal(t, 2.5, rec.Throughput)
