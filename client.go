@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/lock"
@@ -70,14 +71,7 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg}
 	switch cfg.Backend {
 	case BackendEtcd:
-		cli, err := clientv3.New(clientv3.Config{
-			Endpoints:   cfg.Endpoints,
-			DialTimeout: cfg.DialTimeout,
-			Username:    cfg.Username,
-			Password:    cfg.Password,
-			TLS:         cfg.TLS,
-			Logger:      zap.NewNop(),
-		})
+		cli, err := clientv3.New(cfg.etcdConfig())
 		if err != nil {
 			return nil, fmt.Errorf("dlock: etcd: %w", err)
 		}
@@ -98,6 +92,25 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 	}
 	return c, nil
+}
+
+// etcdConfig is the etcd client configuration of c.
+func (c Config) etcdConfig() clientv3.Config {
+	ec := clientv3.Config{
+		Endpoints:   c.Endpoints,
+		DialTimeout: c.DialTimeout,
+		Username:    c.Username,
+		Password:    c.Password,
+		TLS:         c.TLS,
+		Logger:      zap.NewNop(),
+	}
+	if c.TLS != nil && c.TLS.ServerName != "" {
+		// gRPC checks the server's certificate against the authority,
+		// which etcd's client sets to each endpoint's host, whatever
+		// TLS.ServerName says: the authority must be the name.
+		ec.DialOptions = append(ec.DialOptions, grpc.WithAuthority(c.TLS.ServerName))
+	}
+	return ec
 }
 
 // redisClients returns one client per Redlock node, or the one client of

@@ -175,6 +175,59 @@ func TestMutualTLS(t *testing.T) {
 	}
 }
 
+// server_name is the name checked against the server's certificate when
+// dialling by IP, on etcd as on Redis: against a certificate that names
+// etcd.example only (no IP address), the right name connects and a wrong
+// one, or none, is refused; a Config.TLS with ServerName does the same.
+func TestEtcdServerName(t *testing.T) {
+	certs := tlstest.New(t).NameOnly(t)
+	c := etcdtest.New(t, etcdtest.WithTLS(certs, false))
+	hp := c.HostPorts()[0] // 127.0.0.1:port
+	ctx := etcdtest.Context(t)
+	open := func(t *testing.T, cfg dlock.Config) error {
+		t.Helper()
+		client, err := dlock.Open(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer client.Close(ctx)
+		l, err := client.Locker("named")
+		require.NoError(t, err)
+		return lock.Do(ctx, l, func(context.Context, lock.Held) error { return nil })
+	}
+	dsn := func(t *testing.T, q string) dlock.Config {
+		cfg, err := dlock.ParseDSN("etcds://" + hp + "/app?dial_timeout=2s&cacert=" + certs.CA + "&cert=" + certs.ClientCert + "&key=" + certs.ClientKey + q)
+		require.NoError(t, err)
+		return cfg
+	}
+	t.Run("right name", func(t *testing.T) {
+		require.NoError(t, open(t, dsn(t, "&server_name="+tlstest.NamedServerName)))
+	})
+	t.Run("wrong name", func(t *testing.T) {
+		err := open(t, dsn(t, "&server_name=other.example"))
+		require.Error(t, err, "a certificate that does not name other.example is refused")
+		assert.ErrorContains(t, err, "other.example")
+	})
+	t.Run("no name", func(t *testing.T) {
+		require.Error(t, open(t, dsn(t, "")), "dialling by IP, the certificate names no IP")
+	})
+	t.Run("wrong name, certificate for the IP", func(t *testing.T) {
+		// The name is checked even where the IP alone would pass.
+		std := tlstest.New(t)
+		ipc := etcdtest.New(t, etcdtest.WithTLS(std, false))
+		cfg, err := dlock.ParseDSN("etcds://" + ipc.HostPorts()[0] + "/app?dial_timeout=2s&server_name=other.example&cacert=" +
+			std.CA + "&cert=" + std.ClientCert + "&key=" + std.ClientKey)
+		require.NoError(t, err)
+		require.Error(t, open(t, cfg), "a certificate that does not name other.example is refused")
+	})
+	t.Run("config", func(t *testing.T) {
+		cfg := dlock.Config{Backend: dlock.BackendEtcd, Endpoints: []string{hp}, DialTimeout: 2 * time.Second, TLS: certs.ClientConfig()}
+		require.NoError(t, open(t, cfg))
+		cfg.TLS.ServerName = "other.example"
+		require.Error(t, open(t, cfg))
+	})
+}
+
 func sep(dsn string) string {
 	if strings.Contains(dsn, "?") {
 		return "&"

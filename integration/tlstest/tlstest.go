@@ -33,6 +33,8 @@ type Certs struct {
 	OtherCA string
 
 	client *tls.Config
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
 }
 
 // ServerName is the name the server certificate is issued for.
@@ -44,6 +46,7 @@ func New(t testing.TB) *Certs {
 	dir := t.TempDir()
 	c := &Certs{Dir: dir}
 	ca, caKey := selfSigned(t, "dlock-test-ca")
+	c.ca, c.caKey = ca, caKey
 	c.CA = write(t, dir, "ca.pem", "CERTIFICATE", ca.Raw)
 	other, _ := selfSigned(t, "dlock-test-other-ca")
 	c.OtherCA = write(t, dir, "other-ca.pem", "CERTIFICATE", other.Raw)
@@ -71,6 +74,27 @@ func New(t testing.TB) *Certs {
 	}
 	c.client = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, ServerName: ServerName, MinVersion: tls.VersionTLS12}
 	return c
+}
+
+// NamedServerName is the one name of NameOnly's server certificate.
+const NamedServerName = "etcd.example"
+
+// NameOnly returns a copy of c whose server certificate, signed by the same
+// CA, names NamedServerName only, without IP addresses: a client that dials
+// by IP must be told that name (server_name) to accept it.
+func (c *Certs) NameOnly(t testing.TB) *Certs {
+	t.Helper()
+	n := *c
+	srv, srvKey := issue(t, c.ca, c.caKey, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: NamedServerName},
+		DNSNames:    []string{NamedServerName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	n.ServerCert = write(t, c.Dir, "named-server.pem", "CERTIFICATE", srv)
+	n.ServerKey = write(t, c.Dir, "named-server-key.pem", "EC PRIVATE KEY", srvKey)
+	n.client = c.client.Clone()
+	n.client.ServerName = NamedServerName
+	return &n
 }
 
 // ClientConfig returns a tls.Config that trusts the CA and presents the
