@@ -12,23 +12,39 @@ import (
 	"time"
 )
 
-// DSN schemes and what they select.
-var schemes = map[string]struct {
+// scheme is what a DSN scheme selects.
+type scheme struct {
 	backend  string
 	tls      bool
 	sentinel bool
 	cluster  bool
-}{
-	"etcd":            {backend: BackendEtcd},
-	"etcds":           {backend: BackendEtcd, tls: true},
-	"redis":           {backend: BackendRedis},
-	"rediss":          {backend: BackendRedis, tls: true},
-	"redis+sentinel":  {backend: BackendRedis, sentinel: true},
-	"rediss+sentinel": {backend: BackendRedis, tls: true, sentinel: true},
-	"redis+cluster":   {backend: BackendRedis, cluster: true},
-	"rediss+cluster":  {backend: BackendRedis, tls: true, cluster: true},
-	"redlock":         {backend: BackendRedlock},
-	"redlocks":        {backend: BackendRedlock, tls: true},
+}
+
+// schemeOf returns what the DSN scheme name selects; false if it is unknown.
+func schemeOf(name string) (scheme, bool) {
+	switch name {
+	case "etcd":
+		return scheme{backend: BackendEtcd}, true
+	case "etcds":
+		return scheme{backend: BackendEtcd, tls: true}, true
+	case "redis":
+		return scheme{backend: BackendRedis}, true
+	case "rediss":
+		return scheme{backend: BackendRedis, tls: true}, true
+	case "redis+sentinel":
+		return scheme{backend: BackendRedis, sentinel: true}, true
+	case "rediss+sentinel":
+		return scheme{backend: BackendRedis, tls: true, sentinel: true}, true
+	case "redis+cluster":
+		return scheme{backend: BackendRedis, cluster: true}, true
+	case "rediss+cluster":
+		return scheme{backend: BackendRedis, tls: true, cluster: true}, true
+	case "redlock":
+		return scheme{backend: BackendRedlock}, true
+	case "redlocks":
+		return scheme{backend: BackendRedlock, tls: true}, true
+	}
+	return scheme{}, false
 }
 
 const (
@@ -59,13 +75,13 @@ func ParseDSN(dsn string) (Config, error) {
 	bad := func(format string, args ...any) (Config, error) {
 		return Config{}, fmt.Errorf("%w: dsn: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
-	scheme, rest, ok := strings.Cut(dsn, "://")
+	name, rest, ok := strings.Cut(dsn, "://")
 	if !ok {
 		return bad("%q has no scheme (want etcd://, redis:// or redlock://)", RedactDSN(dsn))
 	}
-	sc, ok := schemes[scheme]
+	sc, ok := schemeOf(name)
 	if !ok {
-		return bad("scheme %q is unknown (want etcd, etcds, redis, rediss, redis+sentinel, redis+cluster, redlock or redlocks)", scheme)
+		return bad("scheme %q is unknown (want etcd, etcds, redis, rediss, redis+sentinel, redis+cluster, redlock or redlocks)", name)
 	}
 	c := Config{Backend: sc.backend, Cluster: sc.cluster}
 	port := defaultRedisPort
@@ -123,12 +139,12 @@ func ParseDSN(dsn string) (Config, error) {
 			}
 		case "master_name":
 			if !sc.sentinel {
-				return bad("master_name: only for redis+sentinel:// (the scheme is %s://)", scheme)
+				return bad("master_name: only for redis+sentinel:// (the scheme is %s://)", name)
 			}
 			c.MasterName = v
 		case "cacert", "cert", "key", "server_name":
 			if !sc.tls {
-				return bad("%s: TLS parameters need a TLS scheme (%s), not %s://", k, tlsScheme(scheme), scheme)
+				return bad("%s: TLS parameters need a TLS scheme (%s), not %s://", k, tlsScheme(name), name)
 			}
 			if v == "" {
 				return bad("%s is empty", k)

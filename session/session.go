@@ -40,6 +40,7 @@ type Session struct {
 	ctx    context.Context // cancelled with err as cause when the session ends
 	cancel context.CancelCauseFunc
 	local  *local.Store // in ctx: per-session state of the packages built on it
+	tel    *telemetry.T
 
 	mu        sync.Mutex
 	deadline  time.Time // carries a monotonic reading
@@ -85,6 +86,7 @@ func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline t
 		stopLoop:  stop,
 		loopDone:  make(chan struct{}),
 		deadline:  deadline,
+		tel:       telemetry.New(telemetry.Config{MeterProvider: o.meter}, "etcd"),
 	}
 	go s.run(loopCtx, time.Now())
 	return s
@@ -205,7 +207,7 @@ func (s *Session) end(err error) {
 	case errors.Is(err, ErrLeaseGone):
 		cause = telemetry.EndLeaseGone
 	}
-	telemetry.New(telemetry.Config{MeterProvider: s.opts.meter}, "etcd").SessionEnded(cause)
+	s.tel.SessionEnded(cause)
 }
 
 // extend moves the local deadline forward (never back).

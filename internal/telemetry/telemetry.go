@@ -1,8 +1,8 @@
 // Package telemetry is dlock's one place for metrics, traces and logs:
 // the OpenTelemetry instruments named in DESIGN.md ("Metrics"), from the
 // meter "github.com/dlock-go/dlock", spans per acquire and per guarded
-// write, and the slog logger. Every backend records through a *T; the
-// instruments of one MeterProvider are made once and shared.
+// write, and the slog logger. Every backend records through a *T, made
+// once per owner; the package keeps no state of its own.
 package telemetry
 
 import (
@@ -10,7 +10,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -80,12 +79,11 @@ type instruments struct {
 	leader       metric.Int64UpDownCounter
 }
 
-var cache sync.Map // metric.MeterProvider → *instruments
-
+// instrumentsOf makes the instruments on mp. Each owner (a lock, a
+// session, a guard) makes its own once, at construction: nothing is kept
+// per MeterProvider at package level (the SDK returns the same instrument
+// for the same name, so the owners still record into one).
 func instrumentsOf(mp metric.MeterProvider) *instruments {
-	if v, ok := cache.Load(mp); ok {
-		return v.(*instruments)
-	}
 	m := mp.Meter(Scope)
 	in := &instruments{}
 	// The API returns a no-op instrument along with any error.
@@ -102,8 +100,7 @@ func instrumentsOf(mp metric.MeterProvider) *instruments {
 		metric.WithDescription("Fencing tokens a guard rejected as stale, by guard."))
 	in.leader, _ = m.Int64UpDownCounter("dlock.election.leader", metric.WithUnit("{term}"),
 		metric.WithDescription("Leadership terms this process holds (1 per election it leads)."))
-	v, _ := cache.LoadOrStore(mp, in)
-	return v.(*instruments)
+	return in
 }
 
 // Config selects where telemetry goes; the zero value means the global
@@ -123,6 +120,7 @@ type T struct {
 	backend attribute.KeyValue
 	set     []metric.AddOption // {dlock.backend}
 	byOut   map[string][]metric.RecordOption
+	client  []trace.SpanStartOption // {SpanKindClient}
 }
 
 // New returns the telemetry of backend ("etcd", "redis", "redlock") for c.
@@ -140,8 +138,9 @@ func New(c Config, backend string) *T {
 	b := Backend.String(backend)
 	t := &T{
 		in: instrumentsOf(mp), tracer: tp.Tracer(Scope), log: log, backend: b,
-		set:   []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(b))},
-		byOut: map[string][]metric.RecordOption{},
+		set:    []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(b))},
+		byOut:  map[string][]metric.RecordOption{},
+		client: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)},
 	}
 	for _, o := range []string{Granted, Locked, Canceled, Failed} {
 		t.byOut[o] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(b, Outcome.String(o)))}
@@ -164,21 +163,29 @@ type Acquire struct {
 // "campaign", ...) of the object called name; the span's name is op's
 // ("dlock.lock", "dlock.try_lock", ...).
 func (t *T) StartAcquire(ctx context.Context, op, name string) (context.Context, Acquire) {
-	ctx, span := t.tracer.Start(ctx, spanName(op), clientKind...)
+	ctx, span := t.tracer.Start(ctx, spanName(op), t.client...)
 	return ctx, Acquire{t: t, span: span, start: time.Now(), name: name}
 }
 
-var clientKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
-
-var spanNames sync.Map // op → span name
-
+// spanName is the span name of op: "dlock." and op, with "_" for " ".
 func spanName(op string) string {
-	if v, ok := spanNames.Load(op); ok {
-		return v.(string)
+	switch op { // the ops dlock has, without an allocation per acquire
+	case "lock":
+		return "dlock.lock"
+	case "try lock":
+		return "dlock.try_lock"
+	case "acquire":
+		return "dlock.acquire"
+	case "try acquire":
+		return "dlock.try_acquire"
+	case "rlock":
+		return "dlock.rlock"
+	case "try rlock":
+		return "dlock.try_rlock"
+	case "campaign":
+		return "dlock.campaign"
 	}
-	n := "dlock." + strings.ReplaceAll(op, " ", "_")
-	spanNames.Store(op, n)
-	return n
+	return "dlock." + strings.ReplaceAll(op, " ", "_")
 }
 
 // Recording reports whether the span records (so that extra attributes
