@@ -8,7 +8,10 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/retry"
 )
 
 // probeTimeout bounds the diagnosis of a failed connection.
@@ -25,20 +28,47 @@ func probeBudget(ctx context.Context) time.Duration {
 }
 
 // explain adds to err, the failure to reach cfg's servers, what a TLS
-// handshake with the first endpoint says about why: a plaintext client at
-// a TLS server (or the reverse), an untrusted certificate, a missing
-// client certificate. etcd's client only reports a deadline in those
-// cases; the probe runs on that failure path only.
+// handshake with each endpoint says about why: an endpoint that does not
+// accept connections, a plaintext client at a TLS server (or the reverse),
+// an untrusted certificate, a missing client certificate. etcd's client
+// only reports a deadline in those cases. The endpoints are probed
+// together, on that failure path only; one that fails while others answer
+// is named as such, so that a dead member is not blamed for a cluster
+// that has no leader.
 func explain(ctx context.Context, err error, cfg Config) error {
 	if len(cfg.Endpoints) == 0 {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeBudget(ctx))
 	defer cancel()
-	if why := diagnose(ctx, cfg.Endpoints[0], cfg.TLS, cfg.Backend == BackendEtcd); why != "" {
-		return fmt.Errorf("%w (%s)", err, why)
+	whys := make([]string, len(cfg.Endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range cfg.Endpoints {
+		wg.Go(func() { whys[i] = diagnose(ctx, ep, cfg.TLS, cfg.Backend == BackendEtcd) })
 	}
-	return err
+	wg.Wait()
+	var bad []string
+	for _, why := range whys {
+		if why != "" {
+			bad = append(bad, why)
+		}
+	}
+	answer := len(whys) - len(bad)
+	etcd, n := cfg.Backend == BackendEtcd, len(whys)
+	var why string
+	switch {
+	case etcd && retry.Transient(err) && answer > n/2:
+		why = "etcd has no leader, or lost it: the members answer, but none could serve the request in time (an election, or a majority cut off from each other)"
+	case len(bad) == 0:
+		return err
+	case etcd && answer > 0 && answer <= n/2:
+		why = strings.Join(bad, "; ") + fmt.Sprintf("; %d of %d members answer, and etcd needs a majority", answer, n)
+	case answer > 0:
+		why = strings.Join(bad, "; ") + fmt.Sprintf("; the other %d answer", answer)
+	default:
+		why = strings.Join(bad, "; ")
+	}
+	return fmt.Errorf("%w (%s)", err, why)
 }
 
 // diagnose dials addr and tries the TLS handshake that cfg implies. etcd

@@ -54,13 +54,21 @@
 //
 // # Caveats
 //
-//   - Lock returns an error, and removes its key, on etcd errors as well as
-//     when ctx ends; retry in the caller if waiting through an outage is
-//     wanted. An enqueue whose outcome was unknown (a timeout) and that etcd
-//     applies after Lock gave up leaves no key either: every enqueue
-//     compares the session's epoch key for the lock
-//     ("<prefix>/<name>%epoch/<lease>", bound to the lease), which that
-//     cleanup moves.
+//   - Every request rides out an etcd leader election within its ctx: it
+//     asks for a leader (a member without one refuses at once) and is sent
+//     again after a refusal, a server timeout, or an attempt of its own
+//     that got no answer within a second (a request forwarded to a leader
+//     that just died is never answered). Lock returns an error, and
+//     removes its key, on other etcd errors and when ctx ends; retry in the
+//     caller if waiting through a longer outage is wanted. An enqueue whose
+//     outcome was unknown (a timeout) and that etcd applies later leaves
+//     no key: every enqueue compares the session's epoch key for the lock
+//     ("<prefix>/<name>%epoch/<lease>", bound to the lease), which the
+//     cleanup of the failed attempt moves before it is sent again.
+//   - An Unlock whose delete was applied but whose reply was lost (in an
+//     election) sends it again, finds the key gone, and reports
+//     ErrLockLost: a loss it cannot tell from its own release. It errs
+//     toward reporting a loss, never toward hiding one.
 //     A key of the session's own under a name it is about to use (an
 //     enqueue that etcd's client sent twice) is deleted, not queued behind.
 //   - A key deleted by hand (not by the lease's end) is reported by

@@ -27,9 +27,13 @@
 //   - etcd leases have second granularity: the TTL must be a whole number
 //     of seconds and at least MinTTL. etcd may grant a longer TTL than
 //     asked; the session uses the granted one.
-//   - A heartbeat that fails is retried every quarter heartbeat; if none is
-//     acknowledged before the deadline, the session ends (ErrExpired) even
-//     if the server would have kept the lease a little longer.
+//   - A keepalive, like the lease's grant and revoke, asks for a leader and
+//     is sent again (after a member's refusal, a server timeout, or a
+//     second without an answer) until it is acknowledged or the deadline
+//     passes, so that an etcd leader election shorter than TTL − margin −
+//     heartbeat ends no session. If none is acknowledged before the
+//     deadline, the session ends (ErrExpired) even if the server would
+//     have kept the lease a little longer.
 //   - After Done closes the session is over: create a new one to continue,
 //     or let a Manager do it (NewManager: it starts a fresh session on the
 //     next Current after one ended, shared by every lock and election

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/internal/local"
+	"github.com/dlock-go/dlock/internal/retry"
 	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
@@ -61,8 +62,11 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	if err != nil {
 		return nil, err
 	}
-	sent := time.Now()
-	resp, err := cli.Grant(ctx, int64(o.ttl/time.Second))
+	var sent time.Time
+	resp, err := retry.Do(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+		sent = time.Now() // the attempt that is granted counts
+		return cli.Grant(ctx, int64(o.ttl/time.Second))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("session: grant lease: %w", err)
 	}
@@ -141,7 +145,9 @@ func (s *Session) Close(ctx context.Context) error {
 	s.stopLoop()
 	<-s.loopDone
 	s.end(ErrClosed)
-	_, err := s.cli.Revoke(ctx, s.id)
+	_, err := retry.Do(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
+		return s.cli.Revoke(ctx, s.id)
+	})
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("session: revoke lease %x: %w", int64(s.id), err)
 	}
@@ -245,9 +251,12 @@ func (s *Session) run(ctx context.Context, lastSend time.Time) {
 		case <-hb.C:
 			expire.Stop()
 		}
-		sent := time.Now()
+		var sent time.Time
 		kctx, cancel := context.WithDeadline(ctx, deadline)
-		resp, err := s.cli.KeepAliveOnce(kctx, s.id)
+		resp, err := retry.Do(kctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+			sent = time.Now() // the attempt that is acknowledged counts
+			return s.cli.KeepAliveOnce(ctx, s.id)
+		})
 		cancel()
 		switch {
 		case err == nil:

@@ -50,13 +50,13 @@ func (q *Queue) epochKey(st *state) string {
 func (q *Queue) prepare(ctx context.Context, s *session.Session, st *state) (int64, error) {
 	epoch, dirty := st.epoch(q.prefix)
 	if dirty {
-		resp, err := q.cli.Put(ctx, q.epochKey(st), "", clientv3.WithLease(s.Lease()))
+		resp, err := q.kv.Put(ctx, q.epochKey(st), "", clientv3.WithLease(s.Lease()))
 		if err != nil {
 			return 0, fmt.Errorf("moving the epoch: %w", err)
 		}
 		epoch = st.setEpoch(q.prefix, resp.Header.Revision)
 	}
-	return epoch, st.sweep(ctx, q.cli)
+	return epoch, st.sweep(ctx, q.kv)
 }
 
 // enqueue creates an entry holding val at the end of the queue, bound to
@@ -70,7 +70,8 @@ func (q *Queue) prepare(ctx context.Context, s *session.Session, st *state) (int
 //
 // On error nothing is left behind: the key is removed with a detached,
 // bounded context, and an enqueue applied later is void (see "Late
-// writes").
+// writes"). The enqueue's Txn is sent once: Acquire sends a failed enqueue
+// again (internal/retry), under a fresh name.
 func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try bool) (ticket, []*pb.ResponseOp, error) {
 	st := stateOf(s)
 	t := q.ticket(st)
@@ -129,7 +130,7 @@ func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try
 		if !(try && haveFree) {
 			// Rare: read why in a second request rather than carry an
 			// Else branch in every enqueue.
-			if resp, err = q.cli.Txn(ctx).Then(
+			if resp, err = q.kv.Txn(ctx).Then(
 				clientv3.OpGet(ek, clientv3.WithKeysOnly()),
 				clientv3.OpGet(t.Key, clientv3.WithKeysOnly()),
 			).Commit(); err != nil {
@@ -153,10 +154,14 @@ func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try
 	return ticket{}, nil, fmt.Errorf("enqueue: %d tries: %w", maxTries, errNoProgress)
 }
 
-// refused reports whether etcd refused a request for good, so that it was
-// not applied and never will be (unlike a timeout, whose outcome is
-// unknown): permission denied, bad arguments, auth.
+// refused reports whether etcd refused a request, so that it was not
+// applied and never will be (unlike a timeout, whose outcome is unknown):
+// permission denied, bad arguments, auth, or a member without a leader
+// (which refuses at once a request that asks for one).
 func refused(err error) bool {
+	if errors.Is(err, rpctypes.ErrNoLeader) {
+		return true
+	}
 	var ee rpctypes.EtcdError
 	if !errors.As(err, &ee) {
 		return false
@@ -226,7 +231,7 @@ func (q *Queue) abandon(ctx context.Context, s *session.Session, t ticket, unkno
 	}
 	cctx, cancel := cleanup.Context(ctx)
 	defer cancel()
-	resp, err := q.cli.Txn(cctx).Then(ops...).Commit()
+	resp, err := q.kv.Txn(cctx).Then(ops...).Commit()
 	if err != nil {
 		if unknown {
 			t.st.markDirty(q.prefix)
@@ -275,7 +280,7 @@ func (q *Queue) retire(t ticket) {
 // remove deletes e (and its side keys) if it is still the same key (same
 // create revision). It reports whether a key was deleted.
 func (q *Queue) remove(ctx context.Context, e entry) (bool, error) {
-	resp, err := q.cli.Txn(ctx).If(e.Owned()).Then(q.deletes(e.Key)...).Commit()
+	resp, err := q.kv.Txn(ctx).If(e.Owned()).Then(q.deletes(e.Key)...).Commit()
 	if err != nil {
 		return false, err
 	}

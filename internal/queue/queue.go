@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"strings"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock/internal/retry"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -43,6 +45,7 @@ func PrefixFor(root, name string) string {
 // use; every Acquire is an independent entry.
 type Queue struct {
 	cli    *clientv3.Client
+	kv     retry.KV // cli's KV, each request riding out an election
 	root   string
 	prefix string
 	rule   Rule
@@ -57,7 +60,7 @@ type Queue struct {
 // New returns the queue of name under root (see PrefixFor) on cli, whose
 // entries are granted by rule. It does no I/O.
 func New(cli *clientv3.Client, root, name string, rule Rule) *Queue {
-	q := &Queue{cli: cli, root: root, prefix: PrefixFor(root, name), rule: rule}
+	q := &Queue{cli: cli, kv: retry.NewKV(cli), root: root, prefix: PrefixFor(root, name), rule: rule}
 	q.keys = rule.keyPrefix(q)
 	q.reads = rule.joinReads(q)
 	q.free, q.haveFree = rule.free(q)
@@ -108,10 +111,20 @@ func (q *Queue) Acquire(ctx context.Context, s *session.Session, val string, try
 	}
 	bctx, cancel := bind(ctx, s)
 	defer cancel()
-	t, reads, err := q.enqueue(bctx, s, val, try)
+	// An enqueue that failed in an election is sent again: its key was
+	// removed, or voided if it was applied unseen ("Late writes").
+	type enqueued struct {
+		t     ticket
+		reads []*pb.ResponseOp
+	}
+	en, err := retry.Do(bctx, func(ctx context.Context) (enqueued, error) {
+		t, reads, err := q.enqueue(ctx, s, val, try)
+		return enqueued{t, reads}, err
+	})
 	if err != nil {
 		return nil, cause(ctx, bctx, s, err)
 	}
+	t, reads := en.t, en.reads
 	if err := q.rule.wait(bctx, q, t.entry, reads); err != nil {
 		if errors.Is(err, ErrEntryGone) && q.leaseGone(bctx, s) {
 			err = &endedError{session.ErrLeaseGone}
@@ -131,7 +144,9 @@ func (q *Queue) Acquire(ctx context.Context, s *session.Session, val string, try
 // session has not noticed yet) rather than by hand. One request, on that
 // rare path only.
 func (q *Queue) leaseGone(ctx context.Context, s *session.Session) bool {
-	resp, err := q.cli.TimeToLive(ctx, s.Lease())
+	resp, err := retry.Do(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+		return q.cli.TimeToLive(ctx, s.Lease())
+	})
 	return err == nil && resp.TTL == -1
 }
 

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/internal/local"
+	"github.com/dlock-go/dlock/internal/retry"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -23,6 +24,7 @@ type state struct {
 	lease string // the lease in hex: every key name's stem
 	id    clientv3.LeaseID
 	cli   *clientv3.Client
+	kv    retry.KV
 
 	mu        sync.Mutex
 	free      []uint64
@@ -48,7 +50,7 @@ type stateKey struct{}
 
 func stateOf(s *session.Session) *state {
 	st := local.Get(s.Context(), stateKey{}, func() *state {
-		return &state{lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client()}
+		return &state{lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client(), kv: retry.NewKV(s.Client())}
 	})
 	// Not in the constructor: local.Get may run it twice and keep one, and
 	// the heartbeat must check the state that is kept.
@@ -143,7 +145,7 @@ func (p *state) retire(key string) {
 // sweep deletes the session's leftover keys, so that a failed cleanup does
 // not leave the session queued behind its own key until the lease ends.
 // Failures are kept for the next sweep.
-func (p *state) sweep(ctx context.Context, cli *clientv3.Client) error {
+func (p *state) sweep(ctx context.Context, kv retry.KV) error {
 	p.mu.Lock()
 	keys := make([]string, 0, len(p.leftovers))
 	for k := range p.leftovers {
@@ -151,7 +153,7 @@ func (p *state) sweep(ctx context.Context, cli *clientv3.Client) error {
 	}
 	p.mu.Unlock()
 	for _, k := range keys {
-		if _, err := cli.Delete(ctx, k); err != nil {
+		if _, err := kv.Delete(ctx, k); err != nil {
 			return fmt.Errorf("removing leftover key %q: %w", k, err)
 		}
 		p.mu.Lock()
@@ -200,7 +202,9 @@ func (st *state) check(ctx context.Context) {
 		holds = append(holds, h)
 	}
 	st.watchMu.Unlock()
-	resp, err := st.cli.TimeToLive(ctx, st.id, clientv3.WithAttachedKeys())
+	resp, err := retry.Do(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+		return st.cli.TimeToLive(ctx, st.id, clientv3.WithAttachedKeys())
+	})
 	if err != nil || resp.TTL == -1 {
 		return // next time; a lease gone is the session's to report
 	}
@@ -213,7 +217,7 @@ func (st *state) check(ctx context.Context) {
 			h.gone()
 		}
 	}
-	_ = st.sweep(ctx, st.cli) // failures stay leftovers for the next try
+	_ = st.sweep(ctx, st.kv) // failures stay leftovers for the next try
 	st.removeStrays(ctx, resp.Keys)
 }
 
@@ -260,7 +264,7 @@ func (st *state) removeStrays(ctx context.Context, keys [][]byte) {
 	}
 	st.mu.Unlock()
 	if len(ops) > 0 {
-		_, _ = st.cli.Txn(ctx).Then(ops...).Commit() // a failure: next time
+		_, _ = st.kv.Txn(ctx).Then(ops...).Commit() // a failure: next time
 	}
 	st.mu.Lock()
 	st.free = append(st.free, reserved...)

@@ -55,7 +55,7 @@ func (q *Queue) check(ctx context.Context, e entry, delRev int64) (pred *mvccpb.
 		if serializable {
 			opts = append(opts, clientv3.WithSerializable())
 		}
-		if resp, err = q.cli.Get(ctx, q.prefix, opts...); err != nil {
+		if resp, err = q.kv.Get(ctx, q.prefix, opts...); err != nil {
 			return nil, 0, err
 		}
 		if !serializable || resp.Header.Revision >= delRev {
@@ -116,7 +116,7 @@ func (q *Queue) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, fromRev i
 // name) now: a linearizable read, so that a deletion before a watch's
 // start revision is never missed.
 func (q *Queue) gone(ctx context.Context, kv *mvccpb.KeyValue) (bool, error) {
-	resp, err := q.cli.Get(ctx, string(kv.Key), clientv3.WithKeysOnly())
+	resp, err := q.kv.Get(ctx, string(kv.Key), clientv3.WithKeysOnly())
 	if err != nil {
 		return false, err
 	}
@@ -152,7 +152,7 @@ func (q *Queue) checkReader(ctx context.Context, e entry, delRev int64) (writer 
 		if serializable {
 			more = append(more, clientv3.WithSerializable())
 		}
-		if resp, err = q.cli.Txn(ctx).Then(
+		if resp, err = q.kv.Txn(ctx).Then(
 			clientv3.OpGet(e.Key, append([]clientv3.OpOption{clientv3.WithKeysOnly()}, more...)...),
 			clientv3.OpGet(q.prefix, lastWriter(q, append(more, clientv3.WithMaxCreateRev(e.Rev))...)...),
 		).Commit(); err != nil {
@@ -179,7 +179,7 @@ func (q *Queue) checkReader(ctx context.Context, e entry, delRev int64) (writer 
 // it costs one read.
 func (q *Queue) waitOrphans(ctx context.Context, e entry, d time.Duration) error {
 	own := shadowPrefix(q) + strings.TrimPrefix(e.Key, q.prefix)
-	resp, err := q.cli.Get(ctx, shadowPrefix(q), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev-1))
+	resp, err := q.kv.Get(ctx, shadowPrefix(q), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev-1))
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (q *Queue) waitOrphans(ctx context.Context, e entry, d time.Duration) error
 	}
 	// The orphans' names are of ended leases, which etcd never grants
 	// again: deleting them by name deletes nothing of a live entry.
-	tr, err := q.cli.Txn(ctx).If(e.Owned()).Then(dels...).Commit()
+	tr, err := q.kv.Txn(ctx).If(e.Owned()).Then(dels...).Commit()
 	if err != nil {
 		return err
 	}
@@ -321,7 +321,7 @@ func (q *Queue) checkShared(ctx context.Context, e entry, n, delRev int64) (bool
 		if serializable {
 			opts = append(opts, clientv3.WithSerializable())
 		}
-		if resp, err = q.cli.Get(ctx, q.prefix, opts...); err != nil {
+		if resp, err = q.kv.Get(ctx, q.prefix, opts...); err != nil {
 			return false, err
 		}
 		if !serializable || resp.Header.Revision >= delRev {
@@ -342,7 +342,7 @@ func (q *Queue) checkShared(ctx context.Context, e entry, n, delRev int64) (bool
 // countBefore counts, linearizably, the entries created before e, and
 // checks that e still exists; it returns the read's revision.
 func (q *Queue) countBefore(ctx context.Context, e entry) (int64, int64, error) {
-	resp, err := q.cli.Get(ctx, q.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev))
+	resp, err := q.kv.Get(ctx, q.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev))
 	if err != nil {
 		return 0, 0, err
 	}
