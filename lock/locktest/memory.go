@@ -39,8 +39,8 @@ type Memory struct {
 // memLock is one name's state, guarded by Memory.mu. A lock without a
 // holder has no waiters: a release hands the lock to the first waiter.
 type memLock struct {
-	seq     uint64      // the last token granted
-	holder  *memGrant   // nil when free
+	seq     uint64       // the last token granted
+	holder  *memGrant    // nil when free
 	waiters []*memWaiter // FIFO
 }
 
