@@ -269,7 +269,7 @@ type noKey struct{ lock.Locker }
 // an RWMutex, of one name); no Locker means nothing to do.
 func TestLockAllRefuses(t *testing.T) {
 	cli := etcdtest.New(t).Client(t)
-	ctx := etcdtest.Context(t)
+	ctx := etcdtest.ContextFor(t, 10*time.Second) // a self-deadlock ends here
 	s1, s2 := etcdtest.Session(t, cli), etcdtest.Session(t, cli)
 	a := newMutex(t, s1, "refuse/a")
 	rw, err := lock.NewRWMutex(s2, "refuse/a")
