@@ -186,7 +186,7 @@ func TestDoAllCancelsOnLoss(t *testing.T) {
 	}
 	t.Run("etcd", func(t *testing.T) {
 		cli := etcdtest.New(t).Client(t)
-		ctx := etcdtest.Context(t)
+		ctx := etcdtest.ContextFor(t, 20*time.Second)
 		s := etcdtest.Session(t, cli, fastBeat)
 		a, b := newMutex(t, s, "loss/a"), newMutex(t, s, "loss/b")
 		check(t, ctx, []lock.Locker{a, b}, func(h lock.Held) {
