@@ -270,6 +270,7 @@ func TestLockAllRefuses(t *testing.T) {
 	a := newMutex(t, s1, "refuse/a")
 	rw, err := lock.NewRWMutex(s2, "refuse/a")
 	require.NoError(t, err)
+	other := newMutex(t, s1, "other")
 	mem := locktest.NewMemory()
 
 	for _, tc := range []struct {
@@ -280,7 +281,7 @@ func TestLockAllRefuses(t *testing.T) {
 	}{
 		{"nil", []lock.Locker{a, nil}, "ls[1] is nil", nil},
 		{"no LockKey", []lock.Locker{noKey{mem.Locker("x")}, a}, "ls[0] (lock_test.noKey) has no LockKey method", errors.ErrUnsupported},
-		{"same Mutex twice", []lock.Locker{a, newMutex(t, s1, "other"), newMutex(t, s2, "refuse/a")}, "ls[0] and ls[2] are the same lock (etcd:dlock/lock/refuse%2Fa/)", nil},
+		{"same Mutex twice", []lock.Locker{a, other, newMutex(t, s2, "refuse/a")}, "ls[0] and ls[2] are the same lock (etcd:dlock/lock/refuse%2Fa/)", nil},
 		{"Mutex and RWMutex", []lock.Locker{rw, a}, "ls[0] and ls[1] are the same lock", nil},
 		{"same Memory lock twice", []lock.Locker{mem.Locker("x"), mem.Locker("x")}, "are the same lock", nil},
 	} {
@@ -292,7 +293,9 @@ func TestLockAllRefuses(t *testing.T) {
 			if tc.is != nil {
 				assert.ErrorIs(t, err, tc.is)
 			}
-			assert.Zero(t, etcdtest.KeyCount(t, cli, lock.DefaultPrefix+"/"), "a key was created")
+			for _, p := range []string{a.Prefix(), other.Prefix()} {
+				assert.Zero(t, etcdtest.KeyCount(t, cli, p), "a key was created under %s", p)
+			}
 			_, held := mem.Holder("x")
 			assert.False(t, held, "a Memory lock was taken")
 		})
