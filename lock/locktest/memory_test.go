@@ -137,18 +137,31 @@ func TestMemoryFIFO(t *testing.T) {
 	m := locktest.NewMemory()
 	h, err := m.Locker("q").Lock(ctx)
 	require.NoError(t, err)
-	var queued []<-chan result
+	type granted struct {
+		i int
+		result
+	}
+	grants := make(chan granted, waiters)
 	for i := range waiters {
-		queued = append(queued, lockAsync(ctx, m.Locker("q")))
+		go func() {
+			h, err := m.Locker("q").Lock(ctx)
+			grants <- granted{i, result{h, err}}
+		}()
 		waitQueued(t, m, "q", i+1)
 	}
 	last := h.Token().Seq
-	for i, ch := range queued {
+	for i := range waiters {
 		require.NoError(t, h.Unlock(ctx))
-		r := recv(t, ch)
-		require.NoError(t, r.err, "waiter %d", i)
-		assert.Equal(t, last+1, r.h.Token().Seq, "waiter %d is granted next", i)
-		last, h = r.h.Token().Seq, r.h
+		var g granted
+		select {
+		case g = <-grants:
+		case <-ctx.Done():
+			require.FailNow(t, "no waiter was granted the lock")
+		}
+		require.NoError(t, g.err, "waiter %d", g.i)
+		assert.Equal(t, i, g.i, "the waiter granted next (arrival order)")
+		assert.Equal(t, last+1, g.h.Token().Seq, "waiter %d's token", g.i)
+		last, h = g.h.Token().Seq, g.h
 	}
 	require.NoError(t, h.Unlock(ctx))
 }
