@@ -1,6 +1,8 @@
 // Package lock defines the backend-neutral lock interfaces ([Locker],
 // [Held]) and implements them on etcd: [Mutex], [RWMutex] and
-// [Semaphore], all on one queue of keys per name.
+// [Semaphore], all on one queue of keys per name. [Do] and [DoAll] run
+// work under one lock or several; [LockAll] takes several locks without
+// deadlock.
 //
 // # Guarantee
 //
@@ -40,6 +42,35 @@
 // its lease and end with it; once it ended, Lock fails with
 // ErrSessionDone) or a *session.Manager (the next Lock after a session
 // ended runs on a fresh one).
+//
+// # Several locks at once
+//
+// [LockAll] takes several locks, all or nothing, one at a time in one
+// global order (the order of each Locker's LockKey: see LockAll), so that
+// callers whose sets overlap never deadlock, whatever order each passes
+// them in; on failure or ctx end it releases what it took. [DoAll] runs a
+// function under all of them, with a context that ends when any of them
+// may be lost. Only exclusive Lockers take part: a Semaphore's permit and
+// an RWMutex's read side are not Lockers; take them outside LockAll, in
+// the same order in every process.
+//
+// Each grant keeps its own token, and tokens of different locks are not
+// comparable: fence each resource with the token of the lock that guards
+// it. A write that spans two locks' resources (a transfer between two
+// accounts) must be admitted under both tokens in one atomic step at the
+// store: in one database transaction, admit each token (pgfence's
+// AdmitTx, once per token) and write, so that it commits only if neither
+// grant has been superseded. Across two stores there is no such step: each
+// store fences its own part, and the application must tolerate one part
+// landing without the other (an idempotent, retried transfer).
+//
+// The locks may come from different backends (an etcd Mutex and a Redis
+// Mutex in one call): keys start with the backend, so the order stays
+// global. Each grant keeps its backend's guarantees, so the set is as
+// strong as its weakest member: a Redlock grant carries no token, a Redis
+// grant ends with its TTL (give Redis locks in a LockAll auto-extension,
+// or an earlier one may run out while a later one is awaited, and LockAll
+// fails with ErrLockLost).
 //
 // # Limits
 //
@@ -85,6 +116,14 @@
 //     busy lock does not leave a tombstone per acquire in etcd's index until
 //     the next compaction; every check and delete is guarded by the create
 //     revision, never by the name alone.
+//   - LockAll's order prevents deadlock among LockAll callers and callers
+//     of single locks. Code that takes two locks itself, one Lock after
+//     the other, can still deadlock with it: take every set through
+//     LockAll.
+//   - A lock key names the lock within its backend, not the cluster: two
+//     etcd clusters (or two Redis servers) with the same prefix and name
+//     look like one lock to LockAll, which refuses them; give them
+//     distinct prefixes.
 //   - Tokens of different locks are not comparable; tokens of one lock are
 //     comparable across the lock's whole life on one etcd cluster (a restore
 //     from backup or a new cluster starts revisions anew).

@@ -90,6 +90,32 @@ func ExampleDo() {
 	// err: <nil>
 }
 
+// DoAll takes both accounts' locks, in one global order whatever order
+// other transfers name them in, and runs the transfer under both.
+func ExampleDoAll() {
+	s, _, stop := exampleSession()
+	defer stop()
+	from, err := lock.New(s, "accounts/alice")
+	if err != nil {
+		log.Fatal(err)
+	}
+	to, err := lock.New(s, "accounts/bob")
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = lock.DoAll(context.Background(), []lock.Locker{to, from}, func(ctx context.Context, hs []lock.Held) error {
+		// hs[0] is to's grant, hs[1] from's. Write both balances in one
+		// transaction that admits both tokens, so that it commits only
+		// while neither lock has passed to someone else.
+		fmt.Println("holding", hs[0].Token().Name, "and", hs[1].Token().Name)
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// holding accounts/bob and accounts/alice
+	// err: <nil>
+}
+
 // IsOwner makes a write inside etcd commit only while the lock is held.
 func ExampleGrant_IsOwner() {
 	s, cli, stop := exampleSession()

@@ -87,6 +87,9 @@ func (m *Mutex) Name() string { return m.name }
 // not range over the keys of "a/b".
 func (m *Mutex) Prefix() string { return m.q.Prefix() }
 
+// LockKey returns "etcd:" and Prefix: the lock's place in LockAll's order.
+func (m *Mutex) LockKey() string { return "etcd:" + m.Prefix() }
+
 // Capabilities reports the etcd Mutex's guarantees.
 func (m *Mutex) Capabilities() Capabilities {
 	return Capabilities{Exclusive: true, FencingTokens: true, FIFO: true, Liveness: LivenessSession, SurvivesFailover: true}

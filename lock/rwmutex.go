@@ -55,6 +55,10 @@ func (rw *RWMutex) Name() string { return rw.name }
 // Mutex.Prefix); readers' keys are under Prefix()+"r/".
 func (rw *RWMutex) Prefix() string { return rw.writer.Prefix() }
 
+// LockKey returns "etcd:" and Prefix, a Mutex's of the same name: the
+// lock's place in LockAll's order, which takes the exclusive side.
+func (rw *RWMutex) LockKey() string { return "etcd:" + rw.Prefix() }
+
 // ReaderPrefix returns the etcd key prefix of the readers' keys (RLock's),
 // inside Prefix; every other key under Prefix is a writer's (Lock's, or a
 // Mutex's of the same name).

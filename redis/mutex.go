@@ -71,6 +71,10 @@ func New(client goredis.UniversalClient, name string, opts ...Option) (*Mutex, e
 // Name returns the lock's name.
 func (m *Mutex) Name() string { return m.name }
 
+// LockKey returns "redis:" and the lock's key: its place in lock.LockAll's
+// order.
+func (m *Mutex) LockKey() string { return "redis:" + m.keys.lock }
+
 // Capabilities reports what a Mutex guarantees: fencing tokens (monotonic
 // while the node's data lives), no FIFO order, TTL liveness, and no
 // survival of a failover (replication is asynchronous).

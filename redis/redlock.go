@@ -95,6 +95,10 @@ func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) 
 // Name returns the lock's name.
 func (r *Redlock) Name() string { return r.name }
 
+// LockKey returns "redlock:" and the lock's key: its place in
+// lock.LockAll's order.
+func (r *Redlock) LockKey() string { return "redlock:" + r.keys.lock }
+
 // Quorum returns how many nodes a grant needs: N/2+1.
 func (r *Redlock) Quorum() int { return r.quorum }
 

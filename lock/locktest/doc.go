@@ -1,6 +1,8 @@
 // Package locktest is the conformance suite that every lock.Locker backend
 // of this module passes, in the spirit of testing/fstest: describe the
-// backend in a [Backend] and call [Run] from a test.
+// backend in a [Backend] and call [Run] from a test. Beside it, as fstest
+// has MapFS beside TestFS, [Memory] is an in-memory lock service for the
+// tests of code that takes a lock.Locker.
 //
 //	func TestConformance(t *testing.T) {
 //		locktest.Run(t, locktest.Backend{
@@ -17,6 +19,23 @@
 // relocking, Capabilities that agree with the tokens, and rejection of bad
 // names and bad constructor input.
 //
+// # Testing code that takes a lock
+//
+// Give the code under test a Locker of a [Memory]: it behaves like the
+// etcd Mutex (FIFO, strictly increasing tokens, the same errors), in the
+// process, with no server. [Memory.Lose] ends the current grant as a loss
+// whenever the test says so (its Done closes, its Err matches
+// lock.ErrLockLost, the next grant gets a higher token), so a test can
+// check that work done after a loss is stopped or fenced: see the
+// package example. To make the code under test wait, or its TryLock fail,
+// hold the lock from the test through another Locker of the same name;
+// [Memory.Waiting] says when it queued, [Memory.Holder] which token holds
+// the lock, or that the code released it.
+//
+// A Memory checks the code's use of a lock, not the lock: it has no
+// session, TTL or pause, and a grant ends only by Unlock or Lose. Test the
+// deployment's own behaviour against the real backend.
+//
 // # Caveats
 //
 //   - Every wait is bounded by Backend.Timeout, and no check depends on
@@ -26,4 +45,6 @@
 //   - The suite cannot prove exclusion, only fail to find a violation: it
 //     runs a few goroutines on a few handles.
 //   - The suite uses t.Context, so it must run in Go 1.24 or later.
+//   - A Memory lives in one process: Lockers of two Memories never
+//     contend, nor do two processes' (there is nothing to share).
 package locktest
