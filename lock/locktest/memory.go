@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/errs"
@@ -31,7 +30,6 @@ import (
 // last token of every name it has granted (so that tokens never go back).
 // The zero value is not usable; call NewMemory.
 type Memory struct {
-	id    uint64 // tells Memories apart in LockKey
 	mu    sync.Mutex
 	locks map[string]*memLock
 }
@@ -50,14 +48,12 @@ type memWaiter struct {
 	g     *memGrant
 }
 
-var memories atomic.Uint64
-
 // errLose is the cause of a grant ended by Memory.Lose.
 var errLose = fmt.Errorf("%w (Memory.Lose)", lock.ErrLockLost)
 
 // NewMemory returns an empty in-memory lock service.
 func NewMemory() *Memory {
-	return &Memory{id: memories.Add(1), locks: map[string]*memLock{}}
+	return &Memory{locks: map[string]*memLock{}}
 }
 
 // Locker returns a Locker of the lock called name in m. Lockers of the
@@ -139,7 +135,7 @@ type memLocker struct {
 var _ lock.Locker = (*memLocker)(nil)
 
 // LockKey is the lock's place in lock.LockAll's order.
-func (l *memLocker) LockKey() string { return fmt.Sprintf("memory:%d:%s", l.m.id, l.name) }
+func (l *memLocker) LockKey() string { return fmt.Sprintf("memory:%p:%s", l.m, l.name) }
 
 // Capabilities are the etcd Mutex's.
 func (l *memLocker) Capabilities() lock.Capabilities {
