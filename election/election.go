@@ -2,11 +2,11 @@ package election
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock/internal/grant"
 	"github.com/dlock-go/dlock/internal/names"
 	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/internal/telemetry"
@@ -38,7 +38,7 @@ type Election struct {
 	name string
 	q    *queue.Queue
 	opts options
-	tel  *telemetry.T
+	path grant.Path
 }
 
 // New returns the election called name on src: a *session.Session or a
@@ -46,7 +46,7 @@ type Election struct {
 // both ErrInvalidName and lock.ErrInvalidName. A nil source or a bad option
 // returns an error matching ErrInvalidOption. New does no I/O.
 func New(src session.Source, name string, opts ...Option) (*Election, error) {
-	if queue.NilSource(src) {
+	if grant.NilSource(src) {
 		return nil, fmt.Errorf("%w: session is nil", ErrInvalidOption)
 	}
 	if err := validateName(name); err != nil {
@@ -60,7 +60,9 @@ func New(src session.Source, name string, opts ...Option) (*Election, error) {
 }
 
 func newElection(src session.Source, name string, o options) *Election {
-	return &Election{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, queue.Exclusive), opts: o, tel: telemetry.New(o.tel, "etcd")}
+	return &Election{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, queue.Exclusive), opts: o, path: grant.Path{
+		Current: grant.Sessions(src.Current), Name: name, Tel: telemetry.New(o.tel, "etcd"), Errs: sentinels, Term: true,
+	}}
 }
 
 func validateName(name string) error {
@@ -93,35 +95,10 @@ func (el *Election) Prefix() string { return el.q.Prefix() }
 // Campaign never returns a Term. When the key is deleted by someone else
 // while waiting, the error matches ErrKeyDeleted.
 func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
-	ctx, a := el.tel.StartAcquire(ctx, "campaign", el.name)
-	s, err := el.src.Current(ctx)
-	var h *queue.Hold
-	if err == nil {
-		h, err = el.q.Acquire(ctx, s, value, false)
-	}
+	h, err := el.path.Acquire(ctx, el.q, "campaign", value, false)
 	if err != nil {
-		err = opErr(el.name, "campaign", false, el.q.Denied(err))
-		out := telemetry.Failed
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			out = telemetry.Canceled
-		}
-		a.Failed(out, err)
 		return nil, err
 	}
-	epoch := uint64(h.Rev())
-	a.Granted(epoch, h.Queued(), h.Ahead())
-	el.tel.Elected(el.name, epoch)
-	name, tel := el.name, el.tel
-	h.OnEnd(func(cause error) {
-		lost := ""
-		if !errors.Is(cause, queue.ErrReleased) {
-			lost = telemetry.LostSession
-			if errors.Is(cause, queue.ErrEntryGone) {
-				lost = telemetry.LostDeleted
-			}
-		}
-		tel.TermEnded(name, epoch, lost, opErr(name, "", true, cause))
-	})
 	return &Term{el: el, h: h, value: value}, nil
 }
 
@@ -131,10 +108,10 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 func (el *Election) Leader(ctx context.Context) (Leader, error) {
 	resp, err := el.src.Client().Get(ctx, el.q.Prefix(), clientv3.WithFirstCreate()...)
 	if err != nil {
-		return Leader{}, opErr(el.name, "leader", false, el.q.Denied(err))
+		return Leader{}, sentinels.Op(el.name, "leader", false, el.q.Denied(err))
 	}
 	if len(resp.Kvs) == 0 {
-		return Leader{}, opErr(el.name, "leader", false, ErrNoLeader)
+		return Leader{}, sentinels.Op(el.name, "leader", false, ErrNoLeader)
 	}
 	kv := resp.Kvs[0]
 	return Leader{Value: string(kv.Value), Epoch: uint64(kv.CreateRevision)}, nil

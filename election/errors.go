@@ -2,10 +2,9 @@ package election
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/queue"
+	"github.com/dlock-go/dlock/internal/grant"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
 )
@@ -47,26 +46,8 @@ var (
 	ErrInvalidOption = errors.New("election: invalid option")
 )
 
-// opErr is the error of operation op on the election called name, from a
-// queue cause: the one place where queue causes become this package's
-// errors. held says whether the
-// operation was on a term (then an end is a loss) or a campaign.
-func opErr(name, op string, held bool, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, queue.ErrReleased):
-		err = ErrResigned
-	case held && errors.Is(err, queue.ErrSessionEnded):
-		err = fmt.Errorf("%w: %w", ErrLeadershipLost, queue.SessionCause(err))
-	case held && errors.Is(err, queue.ErrEntryGone):
-		err = fmt.Errorf("%w: %w", ErrLeadershipLost, ErrKeyDeleted)
-	case errors.Is(err, queue.ErrSessionEnded):
-		err = fmt.Errorf("%w: %w", ErrSessionDone, queue.SessionCause(err))
-	case errors.Is(err, session.ErrManagerClosed):
-		err = fmt.Errorf("%w: %w", ErrSessionDone, err)
-	case errors.Is(err, queue.ErrEntryGone):
-		err = fmt.Errorf("%w while waiting", ErrKeyDeleted)
-	}
-	return errs.New("election", name, op, err)
+// sentinels maps the queue's causes to this package's errors (see grant.Errors).
+var sentinels = &grant.Errors{
+	Pkg: "election", Released: ErrResigned, Lost: ErrLeadershipLost, KeyDeleted: ErrKeyDeleted,
+	SessionDone: ErrSessionDone, LeaseGone: session.ErrLeaseGone, Closed: session.ErrManagerClosed,
 }

@@ -64,7 +64,7 @@ func (t *Term) Done() <-chan struct{} { return t.h.Done() }
 func (t *Term) Err() error { return t.err("", t.h.Err()) }
 
 func (t *Term) err(op string, err error) error {
-	return opErr(t.el.name, op, true, err)
+	return sentinels.Op(t.el.name, op, true, err)
 }
 
 // Proclaim sets the leader's value, with a put guarded by the key's create

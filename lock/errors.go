@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/grant"
 	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/session"
 )
@@ -53,34 +53,13 @@ var (
 	ErrInvalidOption = errors.New("lock: invalid option")
 )
 
-// opErr is the error of operation op on the lock called name, from a
-// queue cause: the one place where queue causes become this package's
-// errors. held says whether the
-// operation was on a grant (then an end is a loss) or an acquire.
-func opErr(name, op string, held bool, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, queue.ErrOccupied):
-		err = ErrLocked
-	case errors.Is(err, queue.ErrReleased):
-		err = ErrUnlocked
-	case errors.Is(err, queue.ErrPermits):
-		var pe *queue.PermitsError
-		errors.As(err, &pe)
-		err = fmt.Errorf("%w: this semaphore has %d permits, %s", ErrPermitsMismatch, pe.Want, holdersOf(pe.Have))
-	case held && errors.Is(err, queue.ErrSessionEnded):
-		err = fmt.Errorf("%w: %w", ErrLockLost, queue.SessionCause(err))
-	case held && errors.Is(err, queue.ErrEntryGone):
-		err = fmt.Errorf("%w: %w", ErrLockLost, ErrKeyDeleted)
-	case errors.Is(err, queue.ErrSessionEnded):
-		err = fmt.Errorf("%w: %w", ErrSessionDone, queue.SessionCause(err))
-	case errors.Is(err, session.ErrManagerClosed):
-		err = fmt.Errorf("%w: %w", ErrSessionDone, err)
-	case errors.Is(err, queue.ErrEntryGone):
-		err = fmt.Errorf("%w while waiting", ErrKeyDeleted)
-	}
-	return errs.New("lock", name, op, err)
+// sentinels maps the queue's causes to this package's errors (see grant.Errors).
+var sentinels = &grant.Errors{
+	Pkg: "lock", Locked: ErrLocked, Released: ErrUnlocked, Lost: ErrLockLost, KeyDeleted: ErrKeyDeleted,
+	SessionDone: ErrSessionDone, LeaseGone: session.ErrLeaseGone, Closed: session.ErrManagerClosed,
+	Permits: func(pe *queue.PermitsError) error {
+		return fmt.Errorf("%w: this semaphore has %d permits, %s", ErrPermitsMismatch, pe.Want, holdersOf(pe.Have))
+	},
 }
 
 func holdersOf(have int) string {

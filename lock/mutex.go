@@ -2,12 +2,12 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/grant"
 	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/session"
@@ -38,10 +38,9 @@ type Mutex struct {
 
 // base is what every etcd lock of this package has.
 type base struct {
-	src  session.Source
 	name string
 	opts options
-	tel  *telemetry.T
+	path grant.Path
 }
 
 var (
@@ -66,7 +65,7 @@ func New(src session.Source, name string, opts ...Option) (*Mutex, error) {
 
 // newLock validates the arguments every etcd lock's constructor takes.
 func newLock(src session.Source, name string, opts []Option) (base, options, error) {
-	if queue.NilSource(src) {
+	if grant.NilSource(src) {
 		return base{}, options{}, fmt.Errorf("%w: session is nil", ErrInvalidOption)
 	}
 	if err := ValidateName(name); err != nil {
@@ -76,7 +75,9 @@ func newLock(src session.Source, name string, opts []Option) (base, options, err
 	if err != nil {
 		return base{}, options{}, err
 	}
-	return base{src: src, name: name, opts: o, tel: telemetry.New(o.tel, "etcd")}, o, nil
+	return base{name: name, opts: o, path: grant.Path{
+		Current: grant.Sessions(src.Current), Name: name, Tel: telemetry.New(o.tel, "etcd"), Errs: sentinels,
+	}}, o, nil
 }
 
 // Name returns the lock's name.
@@ -111,45 +112,15 @@ func (m *Mutex) TryLock(ctx context.Context) (Held, error) {
 	return m.acquire(ctx, m.q, "try lock", true)
 }
 
-// acquire runs q's acquire for op, on the session the source gives, and
-// returns the grant (a *Grant), or a nil Held on failure (never a nil
-// *Grant in a non-nil interface); it records the acquire's span and
-// metrics, and the grant's end.
+// acquire runs q's acquire for op on the grant path, and returns the
+// grant (a *Grant), or a nil Held on failure (never a nil *Grant in a
+// non-nil interface).
 func (b *base) acquire(ctx context.Context, q *queue.Queue, op string, try bool) (Held, error) {
-	ctx, a := b.tel.StartAcquire(ctx, op, b.name)
-	s, err := b.src.Current(ctx)
-	var h *queue.Hold
-	if err == nil {
-		h, err = q.Acquire(ctx, s, b.opts.owner, try)
-	}
+	h, err := b.path.Acquire(ctx, q, op, b.opts.owner, try)
 	if err != nil {
-		err = opErr(b.name, op, false, q.Denied(err))
-		a.Failed(telemetry.OutcomeOf(ctx, err, ErrLocked), err)
 		return nil, err
 	}
-	a.Granted(uint64(h.Rev()), h.Queued(), h.Ahead())
-	b.tel.Held(b.name, uint64(h.Rev()))
-	name, tel := b.name, b.tel
-	h.OnEnd(func(cause error) {
-		kind := lossKind(cause)
-		var err error
-		if kind != "" {
-			err = opErr(name, "", true, cause)
-		}
-		tel.Ended(name, kind, err)
-	})
 	return &Grant{name: b.name, h: h}, nil
-}
-
-// lossKind is the dlock.lost cause of a hold's end, or "" for a release.
-func lossKind(cause error) string {
-	switch {
-	case errors.Is(cause, queue.ErrSessionEnded):
-		return telemetry.LostSession
-	case errors.Is(cause, queue.ErrEntryGone):
-		return telemetry.LostDeleted
-	}
-	return ""
 }
 
 // Grant is one grant of an etcd lock: the Held returned by Mutex.Lock and
@@ -190,7 +161,7 @@ func (g *Grant) Done() <-chan struct{} { return g.h.Done() }
 // Err returns nil while the grant looks live, otherwise why it ended: an
 // error matching ErrLockLost and its cause (the session's error, or
 // ErrKeyDeleted), or ErrUnlocked.
-func (g *Grant) Err() error { return opErr(g.name, "", true, g.h.Err()) }
+func (g *Grant) Err() error { return sentinels.Op(g.name, "", true, g.h.Err()) }
 
 // Unlock releases the grant with a delete guarded by the key's create
 // revision, so it never deletes a later holder's key. It returns an error
@@ -200,5 +171,5 @@ func (g *Grant) Err() error { return opErr(g.name, "", true, g.h.Err()) }
 // later calls return nil. If the delete itself fails (ctx ended, etcd
 // unreachable), the error says so and Unlock may be retried.
 func (g *Grant) Unlock(ctx context.Context) error {
-	return opErr(g.name, "unlock", true, g.h.Release(ctx))
+	return sentinels.Op(g.name, "unlock", true, g.h.Release(ctx))
 }

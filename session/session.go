@@ -11,7 +11,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dlock-go/dlock/internal/local"
 	"github.com/dlock-go/dlock/internal/retry"
 	"github.com/dlock-go/dlock/internal/telemetry"
 )
@@ -40,15 +39,14 @@ type Session struct {
 
 	ctx    context.Context // cancelled with err as cause when the session ends
 	cancel context.CancelCauseFunc
-	local  *local.Store // in ctx: per-session state of the packages built on it
 	tel    *telemetry.T
 
-	mu        sync.Mutex
-	deadline  time.Time // carries a monotonic reading
-	err       error
-	closed    bool
-	afterDone map[uint64]func()
-	nextID    uint64
+	mu          sync.Mutex
+	deadline    time.Time // carries a monotonic reading
+	err         error
+	closed      bool
+	attachments map[any]Attachment // nil once the session has ended
+	order       []Attachment       // in order of attachment
 }
 
 // New grants a lease on cli and starts its heartbeat loop. It fails if an
@@ -76,21 +74,19 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 
 func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline time.Time) *Session {
 	loopCtx, stop := context.WithCancel(context.Background())
-	store := new(local.Store)
-	ctx, cancel := context.WithCancelCause(local.NewContext(context.Background(), store))
+	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Session{
-		local:     store,
-		ctx:       ctx,
-		cancel:    cancel,
-		afterDone: make(map[uint64]func()),
-		cli:       cli,
-		id:        id,
-		opts:      o,
-		done:      make(chan struct{}),
-		stopLoop:  stop,
-		loopDone:  make(chan struct{}),
-		deadline:  deadline,
-		tel:       telemetry.New(telemetry.Config{MeterProvider: o.meter}, "etcd"),
+		ctx:         ctx,
+		cancel:      cancel,
+		attachments: make(map[any]Attachment),
+		cli:         cli,
+		id:          id,
+		opts:        o,
+		done:        make(chan struct{}),
+		stopLoop:    stop,
+		loopDone:    make(chan struct{}),
+		deadline:    deadline,
+		tel:         telemetry.New(telemetry.Config{MeterProvider: o.meter}, "etcd"),
 	}
 	go s.run(loopCtx, time.Now())
 	return s
@@ -158,34 +154,51 @@ func (s *Session) Close(ctx context.Context) error {
 // Done closes. Use it to bound work that must stop with the session.
 func (s *Session) Context() context.Context { return s.ctx }
 
-// AfterDone arranges for f to run when the session ends, synchronously and
-// before Done closes, so that whatever f signals is observable no later than
-// Done itself (lock grants use it to close their own Done channels first).
-// f must be fast and must not block or call Close. If the session has
-// already ended, f runs at once, in the calling goroutine. The returned stop
-// function unregisters f; it reports whether it stopped f from running.
-func (s *Session) AfterDone(f func()) (stop func() bool) {
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		f()
-		return func() bool { return false }
-	}
-	id := s.nextID
-	s.nextID++
-	s.afterDone[id] = f
-	s.mu.Unlock()
-	return func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		_, ok := s.afterDone[id]
-		delete(s.afterDone, id)
-		return ok
-	}
+// Attachment is state that lives and dies with one session: the
+// lease-bound bookkeeping of the etcd locks and elections built on it (the
+// names of their keys, the check of the keys held). The session calls
+// Heartbeat after each acknowledged keepalive, in its heartbeat goroutine
+// under a context bounded well within the heartbeat interval (so it must
+// be quick), and End once, with Err, when the session ends, before Done
+// closes (so that the grants it ends report their loss no later than the
+// session itself).
+type Attachment = interface {
+	Heartbeat(ctx context.Context)
+	End(err error)
 }
 
-// end ends the session with err, once: it runs the AfterDone functions,
-// then closes Done and cancels Context.
+// Attach returns the attachment stored under key, storing mk's first. On
+// a session that has ended, mk's attachment is ended at once (End(Err()))
+// and not stored. Keys are compared as map keys are; use an unexported
+// type of your package, as for context values.
+func (s *Session) Attach(key any, mk func() Attachment) Attachment {
+	s.mu.Lock()
+	if a, ok := s.attachments[key]; ok {
+		s.mu.Unlock()
+		return a
+	}
+	a := mk()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		a.End(err)
+		return a
+	}
+	s.attachments[key] = a
+	s.order = append(s.order, a)
+	s.mu.Unlock()
+	return a
+}
+
+// attached returns the attachments, in order; none once the session ended.
+func (s *Session) attached() []Attachment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.order
+}
+
+// end ends the session with err, once: it ends the attachments (and with
+// them the grants on the session), then closes Done and cancels Context.
 func (s *Session) end(err error) {
 	s.mu.Lock()
 	if s.err != nil {
@@ -193,11 +206,11 @@ func (s *Session) end(err error) {
 		return
 	}
 	s.err = err
-	fns := s.afterDone
-	s.afterDone = nil
+	ended := s.order
+	s.attachments, s.order = nil, nil
 	s.mu.Unlock()
-	for _, f := range fns {
-		f()
+	for _, a := range ended {
+		a.End(err)
 	}
 	close(s.done)
 	s.cancel(err)
@@ -262,7 +275,9 @@ func (s *Session) run(ctx context.Context, lastSend time.Time) {
 		case err == nil:
 			s.extend(sent.Add(time.Duration(resp.TTL)*time.Second - s.opts.margin))
 			bctx, cancel := context.WithTimeout(ctx, s.opts.heartbeat/2)
-			s.local.Beat(bctx) // e.g. the check of the grants' keys
+			for _, a := range s.attached() {
+				a.Heartbeat(bctx) // the check of the keys the locks hold
+			}
 			cancel()
 			hb.Reset(time.Until(sent.Add(s.opts.heartbeat)))
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):

@@ -67,11 +67,7 @@ func TestCloseRevokes(t *testing.T) {
 	default:
 	}
 	assert.NoError(t, s.Err())
-	hook := make(chan struct{})
-	s.AfterDone(func() { close(hook) })
-
 	require.NoError(t, s.Close(ctx))
-	<-hook
 	<-s.Done()
 	<-s.Context().Done()
 	assert.ErrorIs(t, s.Err(), session.ErrClosed)
@@ -163,4 +159,57 @@ func TestGrantFailsOnDeadContext(t *testing.T) {
 	cancel()
 	_, err := session.New(ctx, c.Client(t))
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// recorder is an attachment that records the session's calls.
+type recorder struct {
+	beats    chan struct{}
+	ended    chan error
+	doneOpen bool // Done was still open when End ran
+	s        *session.Session
+}
+
+func (r *recorder) Heartbeat(context.Context) {
+	select {
+	case r.beats <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) End(err error) {
+	select {
+	case <-r.s.Done():
+	default:
+		r.doneOpen = true
+	}
+	r.ended <- err
+}
+
+// An attachment is kept per key, runs at each acknowledged keepalive, and
+// is ended once, with the session's cause, before Done closes; one
+// attached to an ended session is ended at once.
+func TestAttach(t *testing.T) {
+	c := etcdtest.New(t)
+	cli := c.Client(t)
+	ctx := etcdtest.Context(t)
+	s, err := session.New(ctx, cli, session.WithTTL(2*time.Second), session.WithHeartbeat(100*time.Millisecond))
+	require.NoError(t, err)
+	type key struct{}
+	r := &recorder{beats: make(chan struct{}, 1), ended: make(chan error, 2), s: s}
+	a := s.Attach(key{}, func() session.Attachment { return r })
+	require.Same(t, r, a)
+	assert.Same(t, r, s.Attach(key{}, func() session.Attachment { t.Error("made twice"); return nil }), "one attachment per key")
+	select {
+	case <-r.beats:
+	case <-ctx.Done():
+		t.Fatal("no heartbeat reached the attachment")
+	}
+	require.NoError(t, s.Close(ctx))
+	assert.ErrorIs(t, <-r.ended, session.ErrClosed)
+	assert.True(t, r.doneOpen, "End runs before Done closes")
+	assert.Empty(t, r.ended, "End runs once")
+
+	late := &recorder{beats: make(chan struct{}, 1), ended: make(chan error, 1), s: s}
+	s.Attach(key{}, func() session.Attachment { return late })
+	assert.ErrorIs(t, <-late.ended, session.ErrClosed, "attached to an ended session: ended at once")
 }

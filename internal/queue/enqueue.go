@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/dlock-go/dlock/internal/cleanup"
-	"github.com/dlock-go/dlock/session"
 )
 
 // ticket is a session's claim on one key name of a queue, from enqueue
@@ -47,7 +46,7 @@ func (q *Queue) epochKey(st *state) string {
 
 // prepare moves the epoch if an earlier cleanup could not, then deletes
 // leftover keys; it returns the epoch to compare with.
-func (q *Queue) prepare(ctx context.Context, s *session.Session, st *state) (int64, error) {
+func (q *Queue) prepare(ctx context.Context, s Session, st *state) (int64, error) {
 	epoch, dirty := st.epoch(q.prefix)
 	if dirty {
 		resp, err := q.kv.Put(ctx, q.epochKey(st), "", clientv3.WithLease(s.Lease()))
@@ -72,7 +71,7 @@ func (q *Queue) prepare(ctx context.Context, s *session.Session, st *state) (int
 // bounded context, and an enqueue applied later is void (see "Late
 // writes"). The enqueue's Txn is sent once: Acquire sends a failed enqueue
 // again (internal/retry), under a fresh name.
-func (q *Queue) enqueue(ctx context.Context, s *session.Session, val string, try bool) (ticket, []*pb.ResponseOp, error) {
+func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (ticket, []*pb.ResponseOp, error) {
 	st := stateOf(s)
 	t := q.ticket(st)
 	t.ahead = -1
@@ -219,7 +218,7 @@ func withCleanup(err error, t ticket, cerr error) error {
 // still be applied (see "Late writes"): the same transaction then also
 // moves the session's epoch for the queue, and if it fails the queue is
 // marked dirty.
-func (q *Queue) abandon(ctx context.Context, s *session.Session, t ticket, unknown bool) error {
+func (q *Queue) abandon(ctx context.Context, s Session, t ticket, unknown bool) error {
 	select {
 	case <-s.Done():
 		return nil

@@ -5,21 +5,17 @@ import (
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/dlock-go/dlock/session"
 )
 
 // Hold is the life of a granted entry (a lock grant, a leadership term).
 // It ends when the session ends (synchronously, before the session's own
-// Done closes), when the entry's key is found deleted (checked at each
-// heartbeat from the first call to Done on: see "Watched holds"), or on
-// Release. It is safe for concurrent use.
+// Done closes: its state ends it), when the entry's key is found deleted
+// (checked at each heartbeat from the first call to Done on: see "Watched
+// holds"), or on Release. It is safe for concurrent use.
 type Hold struct {
 	q *Queue
-	s *session.Session
 	t ticket
 
-	stopHook  func() bool // unregisters the session AfterDone hook
 	watchOnce sync.Once
 
 	releaseMu sync.Mutex // serialises Release
@@ -33,11 +29,11 @@ type Hold struct {
 	goneSeen  bool // the watcher saw the key deleted while releasing
 }
 
-// newHold starts the hold of ticket t, granted on session s. If the session
-// has already ended, the hold is ended at once (check Err).
-func newHold(q *Queue, s *session.Session, t ticket) *Hold {
-	h := &Hold{q: q, s: s, t: t, done: make(chan struct{})}
-	h.stopHook = s.AfterDone(func() { h.end(&endedError{s.Err()}) })
+// newHold starts the hold of ticket t. If its session has already ended,
+// the hold is ended at once (check Err).
+func newHold(q *Queue, t ticket) *Hold {
+	h := &Hold{q: q, t: t, done: make(chan struct{})}
+	t.st.hold(h)
 	return h
 }
 
@@ -54,11 +50,7 @@ func (h *Hold) Owned() clientv3.Cmp { return h.t.Owned() }
 // Done returns a channel closed when the hold ends. The first call has the
 // session check the key at each heartbeat.
 func (h *Hold) Done() <-chan struct{} {
-	h.watchOnce.Do(func() {
-		if h.Err() == nil {
-			h.t.st.watch(h)
-		}
-	})
+	h.watchOnce.Do(func() { h.t.st.watch(h) })
 	return h.done
 }
 
@@ -127,12 +119,11 @@ func (h *Hold) gone() {
 	h.end(ErrEntryGone)
 }
 
-// stop takes the hold off the heartbeat check and unregisters the session
-// hook. Call it once the hold has ended.
+// stop takes the hold off its session's state. Call it once the hold has
+// ended.
 func (h *Hold) stop() {
-	h.stopHook()
 	h.watchOnce.Do(func() {}) // not checked from now on
-	h.t.st.unwatch(h)
+	h.t.st.drop(h)
 }
 
 // Release ends the hold by deleting the key, guarded by its create

@@ -11,8 +11,33 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/internal/retry"
-	"github.com/dlock-go/dlock/session"
 )
+
+// Session is what a queue needs of a session: package session's *Session.
+// The queue keeps its lease-bound bookkeeping in an attachment of the
+// session (see state.go), which the session runs at each heartbeat and
+// ends with itself.
+type Session interface {
+	Lease() clientv3.LeaseID
+	Client() *clientv3.Client
+	Done() <-chan struct{}
+	// Err says why the session ended (matching the session's ErrExpired,
+	// ErrLeaseGone or ErrClosed), once Done is closed.
+	Err() error
+	Context() context.Context
+	Attach(key any, mk func() Attachment) Attachment
+}
+
+// Attachment is session.Attachment: the same interface type, so that
+// *session.Session is a Session without this package importing it.
+type Attachment = interface {
+	Heartbeat(ctx context.Context)
+	End(err error)
+}
+
+// ErrLeaseGone is the cause of an acquire whose entry vanished with its
+// lease: the lease was revoked or expired before the session noticed.
+var ErrLeaseGone = errors.New("queue: lease gone")
 
 // The causes an acquire or a hold reports. Callers map them to their own
 // package's errors in one place; every other error is ctx's (an error
@@ -105,7 +130,7 @@ func (e entry) Owned() clientv3.Cmp {
 // bounded context), so nothing is left behind, and the error is one of:
 // ErrOccupied; ErrEntryGone; ErrSessionEnded (also matching s.Err()); an
 // error matching ctx.Err() when ctx ended; or etcd's error.
-func (q *Queue) Acquire(ctx context.Context, s *session.Session, val string, try bool) (*Hold, error) {
+func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*Hold, error) {
 	if err := ended(s); err != nil {
 		return nil, err
 	}
@@ -127,11 +152,11 @@ func (q *Queue) Acquire(ctx context.Context, s *session.Session, val string, try
 	t, reads := en.t, en.reads
 	if err := q.rule.wait(bctx, q, t.entry, reads); err != nil {
 		if errors.Is(err, ErrEntryGone) && q.leaseGone(bctx, s) {
-			err = &endedError{session.ErrLeaseGone}
+			err = &endedError{ErrLeaseGone}
 		}
 		return nil, cause(ctx, bctx, s, withCleanup(err, t, q.abandon(ctx, s, t, false)))
 	}
-	h := newHold(q, s, t)
+	h := newHold(q, t)
 	if err := h.Err(); err != nil { // the session ended just before the grant
 		h.stop()
 		return nil, err
@@ -143,29 +168,15 @@ func (q *Queue) Acquire(ctx context.Context, s *session.Session, val string, try
 // vanished while waiting was taken by a revoke of the lease (which the
 // session has not noticed yet) rather than by hand. One request, on that
 // rare path only.
-func (q *Queue) leaseGone(ctx context.Context, s *session.Session) bool {
+func (q *Queue) leaseGone(ctx context.Context, s Session) bool {
 	resp, err := retry.Do(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 		return q.cli.TimeToLive(ctx, s.Lease())
 	})
 	return err == nil && resp.TTL == -1
 }
 
-// NilSource reports whether src is nil, or a typed nil of this module's
-// Sources, which constructors reject.
-func NilSource(src session.Source) bool {
-	switch s := src.(type) {
-	case nil:
-		return true
-	case *session.Session:
-		return s == nil
-	case *session.Manager:
-		return s == nil
-	}
-	return false
-}
-
 // ended returns ErrSessionEnded, matching s.Err(), if s has ended.
-func ended(s *session.Session) error {
+func ended(s Session) error {
 	select {
 	case <-s.Done():
 		return &endedError{s.Err()}
@@ -197,7 +208,7 @@ var errBound = errors.New("session ended")
 
 // bind returns a copy of ctx that is also cancelled, with cause errBound,
 // when s ends. Call cancel when done.
-func bind(ctx context.Context, s *session.Session) (context.Context, context.CancelFunc) {
+func bind(ctx context.Context, s Session) (context.Context, context.CancelFunc) {
 	bctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(s.Context(), func() { cancel(errBound) })
 	return bctx, func() { stop(); cancel(nil) }
@@ -205,7 +216,7 @@ func bind(ctx context.Context, s *session.Session) (context.Context, context.Can
 
 // cause says why an acquire failed with err: the session's end (which also
 // explains an entry gone: the lease took it), ctx's end, or err itself.
-func cause(ctx, bctx context.Context, s *session.Session, err error) error {
+func cause(ctx, bctx context.Context, s Session, err error) error {
 	if serr := ended(s); serr != nil && (errors.Is(context.Cause(bctx), errBound) || errors.Is(err, ErrEntryGone)) {
 		return serr
 	}

@@ -10,16 +10,17 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dlock-go/dlock/internal/local"
 	"github.com/dlock-go/dlock/internal/retry"
-	"github.com/dlock-go/dlock/session"
 )
 
 // state is one session's queue state, shared by all its queues: the key
 // names in use (see "Key names" in doc.go), the leftovers of failed
-// cleanups, and its epoch in each queue (see "Late writes"). It lives in the
-// session's local.Store, so it ends with the Session value: two sessions
-// never share it, even with the same lease ID on two clusters.
+// cleanups, its epoch in each queue (see "Late writes"), and its live
+// holds. It is the session's attachment: the session runs its Heartbeat
+// (the check of the held keys, and the sweeps) after each acknowledged
+// keepalive, and its End when it ends, which ends every hold. It lives and
+// dies with the Session value: two sessions never share it, even with the
+// same lease ID on two clusters.
 type state struct {
 	lease string // the lease in hex: every key name's stem
 	id    clientv3.LeaseID
@@ -33,9 +34,9 @@ type state struct {
 	leftovers map[string]bool     // keys whose removal failed; their names are retired
 	epochs    map[string]epoch    // queue prefix → the session's epoch there
 
-	watchMu  sync.Mutex
-	watched  map[*Hold]struct{} // holds whose Done was called, checked at each heartbeat
-	hookOnce sync.Once          // the heartbeat's check is set
+	holdMu sync.Mutex
+	holds  map[*Hold]bool // live holds → whether to check its key at each heartbeat (its Done was called)
+	ended  error          // the session's end, once End ran
 }
 
 // epoch is the session's epoch for one queue: the mod revision its
@@ -48,14 +49,50 @@ type epoch struct {
 
 type stateKey struct{}
 
-func stateOf(s *session.Session) *state {
-	st := local.Get(s.Context(), stateKey{}, func() *state {
+// stateOf returns s's state, attaching it on first use.
+func stateOf(s Session) *state {
+	return s.Attach(stateKey{}, func() Attachment {
 		return &state{lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client(), kv: retry.NewKV(s.Client())}
-	})
-	// Not in the constructor: local.Get may run it twice and keep one, and
-	// the heartbeat must check the state that is kept.
-	st.hookOnce.Do(func() { local.OnHeartbeat(s.Context(), st.check) })
-	return st
+	}).(*state)
+}
+
+// Heartbeat is the session's call after each acknowledged keepalive: the
+// check of the watched holds' keys, and the sweeps.
+func (st *state) Heartbeat(ctx context.Context) { st.check(ctx) }
+
+// End is the session's call when it ends: every live hold ends, with the
+// session's cause.
+func (st *state) End(err error) {
+	st.holdMu.Lock()
+	st.ended = err
+	holds := st.holds
+	st.holds = nil
+	st.holdMu.Unlock()
+	for h := range holds {
+		h.end(&endedError{err})
+	}
+}
+
+// hold adds h to the live holds; if the session has ended, it ends h.
+func (st *state) hold(h *Hold) {
+	st.holdMu.Lock()
+	if err := st.ended; err != nil {
+		st.holdMu.Unlock()
+		h.end(&endedError{err})
+		return
+	}
+	if st.holds == nil {
+		st.holds = make(map[*Hold]bool)
+	}
+	st.holds[h] = false
+	st.holdMu.Unlock()
+}
+
+// drop removes h, which has ended, from the live holds.
+func (st *state) drop(h *Hold) {
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	delete(st.holds, h)
 }
 
 // name reserves a key name: the lease and a slot number unique among the
@@ -174,34 +211,37 @@ func (p *state) sweep(ctx context.Context, kv retry.KV) error {
 // every watched hold whose key is missing: no goroutine and no watch per
 // hold, one request per heartbeat interval (which also finds strays,
 // below), and a deletion reported within one interval. The session's own
-// end still ends every hold at once (AfterDone).
+// end still ends every hold at once (End).
 
-// watch adds h to the holds checked at each heartbeat.
+// watch has h's key checked at each heartbeat, if h is live.
 func (st *state) watch(h *Hold) {
-	st.watchMu.Lock()
-	defer st.watchMu.Unlock()
-	if st.watched == nil {
-		st.watched = make(map[*Hold]struct{})
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	if _, ok := st.holds[h]; ok {
+		st.holds[h] = true
 	}
-	st.watched[h] = struct{}{}
 }
 
-// unwatch removes h from the checked holds.
+// unwatch stops the check of h's key.
 func (st *state) unwatch(h *Hold) {
-	st.watchMu.Lock()
-	defer st.watchMu.Unlock()
-	delete(st.watched, h)
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	if _, ok := st.holds[h]; ok {
+		st.holds[h] = false
+	}
 }
 
 // check runs in the heartbeat loop: it ends every watched hold whose key
 // is no longer bound to the lease.
 func (st *state) check(ctx context.Context) {
-	st.watchMu.Lock()
-	holds := make([]*Hold, 0, len(st.watched))
-	for h := range st.watched {
-		holds = append(holds, h)
+	st.holdMu.Lock()
+	var holds []*Hold
+	for h, watched := range st.holds {
+		if watched {
+			holds = append(holds, h)
+		}
 	}
-	st.watchMu.Unlock()
+	st.holdMu.Unlock()
 	resp, err := retry.Do(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 		return st.cli.TimeToLive(ctx, st.id, clientv3.WithAttachedKeys())
 	})
