@@ -72,9 +72,6 @@ func validateName(name string) error {
 	return nil
 }
 
-// Name returns the election's name (the Name of its leaders' tokens).
-func (el *Election) Name() string { return el.name }
-
 // Prefix returns the etcd key prefix of the election's candidates:
 // "<prefix>/<name>/" with each "/" in the name written "%2F" (see
 // lock.Mutex.Prefix).

@@ -4,3 +4,12 @@ package election
 // the revision of each read of the election's keys, before the watch from
 // the next revision starts.
 var WithReadHook = withReadHook
+
+// TermKey returns the leader's etcd key, for tests that delete it by hand.
+func TermKey(t *Term) string { return t.h.Key() }
+
+// Validate is Run's check of a Config.
+func (c *Config) Validate() error {
+	_, err := c.validate()
+	return err
+}

@@ -78,13 +78,6 @@ type Config struct {
 	RetryPeriod time.Duration
 }
 
-// Validate reports whether c is usable by Run: errors match
-// ErrInvalidOption (naming the field) or ErrInvalidName.
-func (c *Config) Validate() error {
-	_, err := c.validate()
-	return err
-}
-
 func (c *Config) validate() (options, error) {
 	if c.Client == nil {
 		return options{}, fmt.Errorf("%w: Config.Client is nil", ErrInvalidOption)

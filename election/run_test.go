@@ -57,7 +57,7 @@ func TestRunStepsDownOnLoss(t *testing.T) {
 		OnStoppedLeading: func() { stopped <- struct{}{} },
 	})
 	term := recv(t, ctx, elected, "OnElected")
-	_, err := cli.Delete(ctx, term.Key())
+	_, err := cli.Delete(ctx, election.TermKey(term))
 	require.NoError(t, err)
 	cause := recv(t, ctx, causes, "OnElected's ctx to end")
 	assert.ErrorIs(t, cause, election.ErrLeadershipLost)
@@ -109,7 +109,7 @@ func TestRunRecampaign(t *testing.T) {
 		},
 	})
 	first := recv(t, ctx, elected, "first term")
-	_, err := cli.Delete(ctx, first.Key())
+	_, err := cli.Delete(ctx, election.TermKey(first))
 	require.NoError(t, err)
 	second := recv(t, ctx, elected, "second term")
 	assert.Greater(t, second.Epoch(), first.Epoch())
@@ -283,7 +283,7 @@ func TestRunResignsOnPanic(t *testing.T) {
 	require.NotNil(t, term)
 	assert.True(t, stopped, "OnStoppedLeading ran")
 	assert.ErrorIs(t, term.Err(), election.ErrResigned)
-	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, term.Key()), "no candidate key left")
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, election.TermKey(term)), "no candidate key left")
 	el, err := election.New(etcdtest.Session(t, cli), "panic")
 	require.NoError(t, err)
 	next, err := el.Campaign(ctx, "next")

@@ -34,9 +34,6 @@ func (t *Term) Epoch() uint64 { return uint64(t.h.Rev()) }
 // epoch.
 func (t *Term) Token() fence.Token { return fence.Token{Name: t.el.name, Seq: t.Epoch()} }
 
-// Key returns the leader's etcd key.
-func (t *Term) Key() string { return t.h.Key() }
-
 // Value returns the value the leader campaigned with or last proclaimed.
 func (t *Term) Value() string {
 	t.mu.Lock()

@@ -41,14 +41,3 @@ type Capabilities struct {
 	// any minority of the lock service's nodes.
 	SurvivesFailover bool
 }
-
-// Describer is the Capabilities method of Locker.
-//
-// Deprecated: every Locker has Capabilities; call it directly.
-type Describer interface {
-	Capabilities() Capabilities
-}
-
-// CapabilitiesOf returns l.Capabilities(). It predates Capabilities being
-// part of Locker.
-func CapabilitiesOf(l Locker) Capabilities { return l.Capabilities() }

@@ -54,8 +54,3 @@ type Held interface {
 	// ended. Calling it again after success returns nil.
 	Unlock(ctx context.Context) error
 }
-
-// Errer is the Err method of Held.
-//
-// Deprecated: every Held has Err; call it directly.
-type Errer interface{ Err() error }

@@ -80,9 +80,6 @@ func newLock(src session.Source, name string, opts []Option) (base, options, err
 	}}, o, nil
 }
 
-// Name returns the lock's name.
-func (m *Mutex) Name() string { return m.name }
-
 // Prefix returns the etcd key prefix of the lock's queue: "<prefix>/<name>/"
 // with each "/" in the name written "%2F", so that the queue of "a" does
 // not range over the keys of "a/b".
@@ -140,9 +137,6 @@ func (g *Grant) Token() fence.Token { return fence.Token{Name: g.name, Seq: uint
 
 // Key returns the grant's etcd key.
 func (g *Grant) Key() string { return g.h.Key() }
-
-// Revision returns the grant key's create revision (the token's Seq).
-func (g *Grant) Revision() int64 { return g.h.Rev() }
 
 // IsOwner returns a comparison that holds only while this grant's key
 // exists, for etcd transactions that must commit only under the lock:

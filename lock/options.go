@@ -29,10 +29,10 @@ type options struct {
 	tel       telemetry.Config
 }
 
-// DefaultOwner returns the owner stored with grants when WithOwner is not
+// defaultOwner returns the owner stored with grants when WithOwner is not
 // given: "<hostname>/<pid>", with any byte WithOwner would refuse written
 // "_".
-func DefaultOwner() string {
+func defaultOwner() string {
 	host, _ := os.Hostname()
 	b := []byte(fmt.Sprintf("%s/%d", host, os.Getpid()))
 	for i, c := range b {
@@ -54,7 +54,7 @@ func ValidateOptions(opts ...Option) error {
 // buildOptions applies opts to the defaults and validates the result:
 // errors match ErrInvalidOption and name the option.
 func buildOptions(opts []Option) (options, error) {
-	o := options{prefix: DefaultPrefix, owner: DefaultOwner()}
+	o := options{prefix: DefaultPrefix, owner: defaultOwner()}
 	if err := option.Apply(&o, opts); err != nil {
 		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
@@ -122,6 +122,6 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.tel.Logger = l } }
 
 // WithOwner sets the value stored in the lock's key, shown by inspection
-// tools. Optional, defaults to DefaultOwner(). It must be printable ASCII
+// tools. Optional, defaults to defaultOwner(). It must be printable ASCII
 // without spaces, at most 256 bytes.
 func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }

@@ -48,9 +48,6 @@ func NewRWMutex(src session.Source, name string, opts ...Option) (*RWMutex, erro
 	}, nil
 }
 
-// Name returns the lock's name.
-func (rw *RWMutex) Name() string { return rw.name }
-
 // Prefix returns the etcd key prefix of the lock's queue (see
 // Mutex.Prefix); readers' keys are under Prefix()+"r/".
 func (rw *RWMutex) Prefix() string { return rw.writer.Prefix() }
@@ -58,11 +55,6 @@ func (rw *RWMutex) Prefix() string { return rw.writer.Prefix() }
 // LockKey returns "etcd:" and Prefix, a Mutex's of the same name: the
 // lock's place in LockAll's order, which takes the exclusive side.
 func (rw *RWMutex) LockKey() string { return "etcd:" + rw.Prefix() }
-
-// ReaderPrefix returns the etcd key prefix of the readers' keys (RLock's),
-// inside Prefix; every other key under Prefix is a writer's (Lock's, or a
-// Mutex's of the same name).
-func (rw *RWMutex) ReaderPrefix() string { return rw.reader.KeyPrefix() }
 
 // Capabilities reports the guarantees of the exclusive side (Lock), which
 // are a Mutex's.

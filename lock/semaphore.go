@@ -50,24 +50,9 @@ func NewSemaphore(src session.Source, name string, permits int, opts ...Option) 
 	return &Semaphore{base: b, permits: permits, q: queue.New(src.Client(), o.prefix, name, queue.Shared(permits))}, nil
 }
 
-// Name returns the semaphore's name.
-func (s *Semaphore) Name() string { return s.name }
-
-// Permits returns the number of permits.
-func (s *Semaphore) Permits() int { return s.permits }
-
 // Prefix returns the etcd key prefix of the semaphore's queue (see
 // Mutex.Prefix).
 func (s *Semaphore) Prefix() string { return s.q.Prefix() }
-
-// ParseSemaphoreValue splits the value stored in a semaphore's key
-// ("permits=3 owner") into the semaphore's number of permits and the
-// owner (see WithOwner); ok is false for the value of another lock's key
-// (a Mutex's or an RWMutex's stores the owner alone). It is for inspection
-// tools such as dlock inspect.
-func ParseSemaphoreValue(v []byte) (permits int, owner string, ok bool) {
-	return queue.ParsePermits(v)
-}
 
 // Capabilities reports the semaphore's guarantees: not exclusive (up to
 // Permits grants at once), FIFO, tokens ordered by grant, session

@@ -137,7 +137,7 @@ func TestHistogram(t *testing.T) {
 	assert.Contains(t, out.String(), "> 50s |"+strings.Repeat("#", histWidth/2)+strings.Repeat(" ", histWidth/2)+"| 1")
 
 	rec := benchResult{label: dlock.RedactDSN("redis://u:secret@h:1"), backend: "redis", clients: 1, elapsed: 2 * time.Second, acquire: ds}.record()
-	assert.Equal(t, "redis://u@h:1", rec.DSN)
+	assert.Equal(t, "redis://u:xxxxx@h:1", rec.DSN)
 	assert.Equal(t, 5, rec.Ops)
 	assert.Equal(t, 2.5, rec.Throughput)
 	assert.Equal(t, 3.0, rec.P50MS)

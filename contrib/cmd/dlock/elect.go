@@ -70,11 +70,11 @@ func runElect(ctx context.Context, e *env, args []string) error {
 	if *observe {
 		return observeElection(ctx, e, el)
 	}
-	return campaign(ctx, e, el, pos[1])
+	return campaign(ctx, e, el, pos[0], pos[1])
 }
 
-func campaign(ctx context.Context, e *env, el *election.Election, value string) error {
-	fmt.Fprintf(e.stdout, "campaigning in %q as %q\n", el.Name(), value)
+func campaign(ctx context.Context, e *env, el *election.Election, name, value string) error {
+	fmt.Fprintf(e.stdout, "campaigning in %q as %q\n", name, value)
 	term, err := el.Campaign(ctx, value)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -82,17 +82,17 @@ func campaign(ctx context.Context, e *env, el *election.Election, value string) 
 		}
 		return err
 	}
-	fmt.Fprintf(e.stdout, "elected: leader of %q with epoch %d (token %s); interrupt to resign\n", el.Name(), term.Epoch(), term.Token())
+	fmt.Fprintf(e.stdout, "elected: leader of %q with epoch %d (token %s); interrupt to resign\n", name, term.Epoch(), term.Token())
 	select {
 	case <-term.Done():
-		return exitWith(exitLockLost, "leadership of %q lost: %v", el.Name(), term.Err())
+		return exitWith(exitLockLost, "leadership of %q lost: %v", name, term.Err())
 	case <-ctx.Done():
 	}
 	rctx, cancel := cleanup.Context(context.Background())
 	defer cancel()
 	if err := term.Resign(rctx); err != nil {
 		if errors.Is(err, election.ErrLeadershipLost) {
-			return exitWith(exitLockLost, "leadership of %q lost: %v", el.Name(), err)
+			return exitWith(exitLockLost, "leadership of %q lost: %v", name, err)
 		}
 		return fmt.Errorf("resign: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -186,7 +187,7 @@ func queueKeysOf(client *dlock.Client, name string, isElection bool) (queueKeys,
 	if err != nil {
 		return queueKeys{}, err
 	}
-	return queueKeys{prefix: rw.Prefix(), readerPrefix: rw.ReaderPrefix()}, nil
+	return queueKeys{prefix: rw.Prefix(), readerPrefix: rw.Prefix() + "r/"}, nil
 }
 
 // inspector reads one queue.
@@ -222,7 +223,7 @@ func (in *inspector) read(ctx context.Context) (inspectResult, error) {
 		// Who holds, by the rules of lock.Mutex, RWMutex and Semaphore
 		// (see their docs), which share this queue.
 		holds := i == 0
-		switch n, owner, isPermit := lock.ParseSemaphoreValue(kv.Value); {
+		switch n, owner, isPermit := semaphoreValue(kv.Value); {
 		case in.election:
 		case in.keys.readerPrefix != "" && strings.HasPrefix(en.Key, in.keys.readerPrefix):
 			en.Kind, holds = kindReadName, writers == 0
@@ -384,4 +385,16 @@ func printInspect(w io.Writer, r inspectResult, isElection bool) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(etcd keeps no timestamps: AGE counts cluster writes since the key was created; TTL LEFT is renewed while the holder's heartbeats arrive)")
+}
+
+// semaphoreValue splits the value of a semaphore's key ("permits=N owner",
+// as lock.Semaphore stores it) into the number of permits and the owner;
+// ok is false for a value of another lock's key (the owner alone).
+func semaphoreValue(v []byte) (permits int, owner string, ok bool) {
+	tag, rest, _ := strings.Cut(string(v), " ")
+	n, err := strconv.Atoi(strings.TrimPrefix(tag, "permits="))
+	if !strings.HasPrefix(tag, "permits=") || err != nil || n <= 0 {
+		return 0, "", false
+	}
+	return n, rest, true
 }

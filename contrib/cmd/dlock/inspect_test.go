@@ -332,3 +332,16 @@ func TestInspectWatchInterrupt(t *testing.T) {
 	assert.Equal(t, 0, code, "stderr: %s", p.stderr)
 	assert.Empty(t, p.stderr.String())
 }
+
+// The value of a semaphore's key, as lock.Semaphore stores it
+// (lock/semaphore_test.go pins that layout), and values that are not one.
+func TestSemaphoreValue(t *testing.T) {
+	n, owner, ok := semaphoreValue([]byte("permits=3 worker-7"))
+	assert.True(t, ok)
+	assert.Equal(t, 3, n)
+	assert.Equal(t, "worker-7", owner)
+	for _, v := range []string{"", "owner", "permits=x o", "permits=0 o", "permits=-1 o", "permit=3 o"} {
+		_, _, ok := semaphoreValue([]byte(v))
+		assert.False(t, ok, v)
+	}
+}

@@ -128,7 +128,7 @@ func TestRunTimeoutAndInspect(t *testing.T) {
 	require.NoError(t, err)
 
 	// A waiter queues; the watch tells when its key exists.
-	rev := held.(*lock.Grant).Revision()
+	rev := int64(held.Token().Seq)
 	w := cli.Watch(ctx, "dlock/lock/reports/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	wctx, cancel := context.WithCancel(ctx)
 	waiterDone := make(chan error, 1)
