@@ -72,7 +72,7 @@ func StartProxy(t testing.TB, s *Server, c ProxyConfig) *Proxy {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Host = target.Host // signed as the server's host
+			pr.Out.Host = pr.In.Host // the host the client signed
 		},
 		Transport: rt,
 		ErrorLog:  nil,

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,18 +85,28 @@ func TestProxyStripsConditions(t *testing.T) {
 	assert.NoError(t, put("again", &s3.PutObjectInput{IfNoneMatch: aws.String("*")}), "create-only ignored")
 	assert.NoError(t, put("stale", &s3.PutObjectInput{IfMatch: aws.String(`"0123456789abcdef0123456789abcdef"`)}), "compare-and-swap ignored")
 
-	// Control: drop the header without signing again.
+	// Control: drop the header without signing again. The same proxy
+	// passes requests that carry no condition.
+	var dropped atomic.Int32
 	dropOnly := s3test.StartProxy(t, srv, s3test.ProxyConfig{Wrap: func(next http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			r = r.Clone(r.Context())
-			r.Header.Del("If-None-Match")
+			if r.Header.Get("If-None-Match") != "" {
+				r = r.Clone(r.Context())
+				r.Header.Del("If-None-Match")
+				dropped.Add(1)
+			}
 			return next.RoundTrip(r)
 		})
 	}}).Client(t)
-	_, err := dropOnly.PutObject(ctx, &s3.PutObjectInput{
-		Bucket: aws.String(bucket), Key: aws.String("k2"), Body: strings.NewReader("x"), IfNoneMatch: aws.String("*"),
-	})
+	put2 := func(in *s3.PutObjectInput) error {
+		in.Bucket, in.Key, in.Body = aws.String(bucket), aws.String("k2"), strings.NewReader("x")
+		_, err := dropOnly.PutObject(ctx, in)
+		return err
+	}
+	require.NoError(t, put2(&s3.PutObjectInput{}), "a request without conditions, forwarded as it is")
+	err := put2(&s3.PutObjectInput{IfNoneMatch: aws.String("*")})
 	assert.Equal(t, "SignatureDoesNotMatch", apiCode(err), "a signed header dropped: %v", err)
+	assert.Equal(t, int32(1), dropped.Load())
 }
 
 func TestStopRemovesEverything(t *testing.T) {
