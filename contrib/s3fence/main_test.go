@@ -56,3 +56,7 @@ func get(t *testing.T, e env, key string) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// noRetries turns off the SDK's own retries, so that a test sees each PUT
+// that Put makes.
+func noRetries(o *s3.Options) { o.RetryMaxAttempts = 1 }

@@ -7,10 +7,11 @@
 // empty bucket on it and [Server.Client] for an aws-sdk-go-v2 client; a
 // child process (a CLI under test) gets the same settings from
 // [Server.Env]. [StartProxy] puts an HTTP proxy in front of a server: with
-// [ProxyConfig].StripConditions it drops the conditional-write headers
-// (If-Match, If-None-Match) and signs each request again, which makes a
-// store that accepts conditional writes and ignores them; with
-// [ProxyConfig].Wrap a test can delay or lose requests and responses.
+// [ProxyConfig].Strip set to [ConditionHeaders] it drops the
+// conditional-write headers (If-Match, If-None-Match) and signs each
+// request again, which makes a store that accepts conditional writes and
+// ignores them; with [ProxyConfig].Wrap a test can delay or lose requests
+// and responses.
 //
 // # Guarantee
 //

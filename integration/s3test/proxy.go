@@ -16,17 +16,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
+// ConditionHeaders are the headers of S3's conditional writes.
+var ConditionHeaders = []string{"If-Match", "If-None-Match"}
+
 // ProxyConfig says what a Proxy does to the requests it forwards.
 type ProxyConfig struct {
-	// StripConditions removes If-Match and If-None-Match from every request
-	// before forwarding it: the server then sees unconditional writes, and
+	// Strip names headers to remove from every request before forwarding
+	// it. With ConditionHeaders the server sees unconditional writes, and
 	// the client sees a store that accepts conditional writes and ignores
 	// them. SigV4 signs every header but a few (the client's signature
-	// covers If-Match), so the proxy signs the stripped request again with
-	// the server's credentials, keeping the client's payload hash
+	// covers If-Match), so the proxy signs a request it stripped again,
+	// with the server's credentials, keeping the client's payload hash
 	// (X-Amz-Content-Sha256), which still describes the body it forwards
-	// unchanged. Optional, defaults to false: requests pass unchanged.
-	StripConditions bool
+	// unchanged. Optional: by default requests pass unchanged.
+	Strip []string
 
 	// Wrap, if set, wraps the transport that carries requests to the
 	// server (after any stripping and signing): a test's hook to delay,
@@ -66,8 +69,8 @@ func StartProxy(t testing.TB, s *Server, c ProxyConfig) *Proxy {
 	if c.Wrap != nil {
 		rt = c.Wrap(rt)
 	}
-	if c.StripConditions {
-		rt = &stripper{next: rt, server: s, signer: v4.NewSigner()}
+	if len(c.Strip) > 0 {
+		rt = &stripper{next: rt, headers: c.Strip, server: s, signer: v4.NewSigner()}
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -123,17 +126,26 @@ func (p *Proxy) Env() []string {
 	return sdkEnv(p.Endpoint, p.target.AccessKey, p.target.SecretKey)
 }
 
-// stripper drops the conditional-write headers and signs the request again.
+// stripper drops headers and signs the request again.
 type stripper struct {
-	next   http.RoundTripper
-	server *Server
-	signer *v4.Signer
+	next    http.RoundTripper
+	headers []string
+	server  *Server
+	signer  *v4.Signer
 }
 
 func (s *stripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	stripped := false
+	for _, h := range s.headers {
+		stripped = stripped || r.Header.Get(h) != ""
+	}
+	if !stripped {
+		return s.next.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
-	r.Header.Del("If-Match")
-	r.Header.Del("If-None-Match")
+	for _, h := range s.headers {
+		r.Header.Del(h)
+	}
 	payload := r.Header.Get("X-Amz-Content-Sha256")
 	if payload == "" {
 		return nil, errors.New("s3test: proxy: request without X-Amz-Content-Sha256: cannot sign it again")

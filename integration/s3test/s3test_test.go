@@ -74,7 +74,7 @@ func TestProxyStripsConditions(t *testing.T) {
 	ctx := testCtx(t)
 	srv := s3test.Start(t)
 	bucket := srv.NewBucket(t)
-	c := s3test.StartProxy(t, srv, s3test.ProxyConfig{StripConditions: true}).Client(t)
+	c := s3test.StartProxy(t, srv, s3test.ProxyConfig{Strip: s3test.ConditionHeaders}).Client(t)
 
 	put := func(body string, in *s3.PutObjectInput) error {
 		in.Bucket, in.Key, in.Body = aws.String(bucket), aws.String("k"), strings.NewReader(body)
