@@ -1,12 +1,18 @@
 package s3fence_test
 
 import (
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
+	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/fence/fencetest"
 	"github.com/dlock-go/dlock/integration/s3test"
 )
 
@@ -72,4 +78,35 @@ func TestStoreIgnoringIfMatchRefused(t *testing.T) {
 	assert.Equal(t, "stale compare-and-swap", failed)
 	assert.ErrorContains(t, err, "a PUT with If-Match on a stale ETag")
 	assert.Empty(t, list(t, e))
+}
+
+// A store whose conditions hold one request at a time but not under
+// concurrent writers (it checks, then writes) passes New's checks: they
+// cannot tell. Concurrent fenced writes show it: some token lands after a
+// higher one.
+func TestNonAtomicStorePassesNewButNotALoad(t *testing.T) {
+	ctx := testCtx(t)
+	e := newEnv(t)
+	proxy := s3test.StartProxy(t, e.srv, s3test.ProxyConfig{CheckThenWrite: 200 * time.Millisecond})
+	g, err := s3fence.New(ctx, proxy.Client(t), e.bucket)
+	require.NoError(t, err, "one request at a time the store is correct")
+
+	var highest, late atomic.Uint64
+	fencetest.Interleave(t, func(seq uint64) error {
+		before := highest.Load()
+		err := g.Put(ctx, fence.Token{Name: "racy", Seq: seq}, "racy", strings.NewReader(strconv.FormatUint(seq, 10)))
+		if err == nil {
+			if seq < before {
+				late.Add(1)
+			}
+			for h := highest.Load(); seq > h && !highest.CompareAndSwap(h, seq); h = highest.Load() {
+			}
+		}
+		return err
+	})
+	final, err := g.Token(ctx, "racy")
+	require.NoError(t, err)
+	assert.True(t, late.Load() > 0 || final.Seq != fencetest.Top,
+		"no token landed after a higher one, and the key ends with the highest: the non-atomic store went unnoticed")
+	t.Logf("tokens written after a higher one: %d; final token %d of %d", late.Load(), final.Seq, fencetest.Top)
 }

@@ -10,8 +10,10 @@
 // [ProxyConfig].Strip set to [ConditionHeaders] it drops the
 // conditional-write headers (If-Match, If-None-Match) and signs each
 // request again, which makes a store that accepts conditional writes and
-// ignores them; with [ProxyConfig].Wrap a test can delay or lose requests
-// and responses.
+// ignores them; with [ProxyConfig].CheckThenWrite it evaluates conditions
+// itself and then writes, which makes a store that is correct one request
+// at a time and not atomic under concurrent writers; with
+// [ProxyConfig].Wrap a test can delay or lose requests and responses.
 //
 // # Guarantee
 //
@@ -41,6 +43,9 @@
 //   - Object metadata goes to extended attributes when the temporary
 //     directory's filesystem supports them, else to a sidecar directory
 //     (versitygw --sidecar).
+//   - The posix backend maps keys to files: a bucket cannot hold both
+//     "a" and "a/b" (a file and a directory of one name; 409
+//     ObjectParentIsFile).
 //   - Requests are path-style (http://127.0.0.1:port/bucket/key): clients
 //     must set UsePathStyle, as [Server.Client] does.
 package s3test

@@ -3,10 +3,12 @@ package s3test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +32,17 @@ type ProxyConfig struct {
 	// (X-Amz-Content-Sha256), which still describes the body it forwards
 	// unchanged. Optional: by default requests pass unchanged.
 	Strip []string
+
+	// CheckThenWrite, when positive, makes the proxy a store whose
+	// conditional writes are not atomic: it evaluates a PUT's If-Match or
+	// If-None-Match: * itself, against a HEAD of the object, answers 412
+	// if the condition fails, and otherwise forwards the PUT without it
+	// (signed again) once another conditional PUT of the same key has
+	// passed its check too, or after CheckThenWrite at most. One request
+	// at a time it is indistinguishable from a correct store; concurrent
+	// writers all pass their checks, as on versitygw before v1.8.0
+	// (versitygw#2288) or seaweedfs#8800. Optional, defaults to 0: off.
+	CheckThenWrite time.Duration
 
 	// Wrap, if set, wraps the transport that carries requests to the
 	// server (after any stripping and signing): a test's hook to delay,
@@ -71,6 +84,13 @@ func StartProxy(t testing.TB, s *Server, c ProxyConfig) *Proxy {
 	}
 	if len(c.Strip) > 0 {
 		rt = &stripper{next: rt, headers: c.Strip, server: s, signer: v4.NewSigner()}
+	}
+	if c.CheckThenWrite > 0 {
+		rt = &checker{
+			next:   &stripper{next: rt, headers: ConditionHeaders, server: s, signer: v4.NewSigner()},
+			window: c.CheckThenWrite,
+			passed: map[string]chan struct{}{},
+		}
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -126,7 +146,8 @@ func (p *Proxy) Env() []string {
 	return sdkEnv(p.Endpoint, p.target.AccessKey, p.target.SecretKey)
 }
 
-// stripper drops headers and signs the request again.
+// stripper drops headers and signs the request again (or for the first
+// time: a request of the proxy's own).
 type stripper struct {
 	next    http.RoundTripper
 	headers []string
@@ -139,7 +160,7 @@ func (s *stripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	for _, h := range s.headers {
 		stripped = stripped || r.Header.Get(h) != ""
 	}
-	if !stripped {
+	if !stripped && r.Header.Get("Authorization") != "" {
 		return s.next.RoundTrip(r)
 	}
 	r = r.Clone(r.Context())
@@ -160,4 +181,82 @@ func (s *stripper) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("s3test: proxy: sign: %w", err)
 	}
 	return s.next.RoundTrip(r)
+}
+
+// checker evaluates conditional PUTs itself and forwards them without
+// their conditions: a check-then-write store.
+type checker struct {
+	next   http.RoundTripper // strips the conditions and signs again
+	window time.Duration
+
+	mu     sync.Mutex
+	passed map[string]chan struct{} // per path: closed when a second check passes
+}
+
+func (c *checker) RoundTrip(r *http.Request) (*http.Response, error) {
+	ifMatch, ifNoneMatch := r.Header.Get("If-Match"), r.Header.Get("If-None-Match")
+	if r.Method != http.MethodPut || ifMatch == "" && ifNoneMatch == "" {
+		return c.next.RoundTrip(r)
+	}
+	head, err := http.NewRequestWithContext(r.Context(), http.MethodHead, r.URL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	head.Host = r.Host
+	head.Header.Set("X-Amz-Content-Sha256", emptySHA256) // the stripper signs it
+	resp, err := c.next.RoundTrip(head)
+	if err != nil {
+		return nil, err
+	}
+	_ = resp.Body.Close()
+	exists := resp.StatusCode == http.StatusOK
+	etag := resp.Header.Get("ETag")
+	if ifNoneMatch == "*" && exists || ifMatch != "" && (!exists || strings.Trim(ifMatch, `"`) != strings.Trim(etag, `"`)) {
+		return preconditionFailed(r), nil
+	}
+	// The check passed: hold the write until another writer's check of
+	// the same key has passed too (or the window closes).
+	c.mu.Lock()
+	ch, ok := c.passed[r.URL.Path]
+	if ok {
+		delete(c.passed, r.URL.Path)
+		close(ch)
+	} else {
+		ch = make(chan struct{})
+		c.passed[r.URL.Path] = ch
+	}
+	c.mu.Unlock()
+	t := time.NewTimer(c.window)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+		c.mu.Lock()
+		if c.passed[r.URL.Path] == ch {
+			delete(c.passed, r.URL.Path)
+		}
+		c.mu.Unlock()
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return c.next.RoundTrip(r)
+}
+
+// emptySHA256 is the SHA-256 of an empty payload, in hex.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// preconditionFailed is S3's 412 answer to r.
+func preconditionFailed(r *http.Request) *http.Response {
+	body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code><Message>At least one of the pre-conditions you specified did not hold</Message></Error>`
+	return &http.Response{
+		StatusCode:    http.StatusPreconditionFailed,
+		Status:        "412 Precondition Failed",
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{"Content-Type": {"application/xml"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       r,
+	}
 }

@@ -89,3 +89,22 @@ func TestCheckFenceUsage(t *testing.T) {
 		assert.True(t, strings.HasPrefix(r.stderr, "dlock check-fence: "), r.stderr)
 	}
 }
+
+// check-fence through a store that checks conditions and then writes, not
+// atomically: every sequential check passes, the concurrent one fails.
+func TestCheckFenceCatchesNonAtomicStore(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket(t)
+	proxy := s3test.StartProxy(t, srv, s3test.ProxyConfig{CheckThenWrite: 200 * time.Millisecond})
+	r := runCLIEnv(t, proxy.Env(), "check-fence", "s3://"+bucket+"/p")
+	require.Equal(t, 1, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	for _, check := range []string{"create", "metadata", "create-only", "compare-and-swap", "stale compare-and-swap", "refused writes left no trace"} {
+		assert.Regexp(t, `(?m)^PASS  `+check+`  `, r.stdout, check)
+	}
+	assert.Regexp(t, `(?m)^FAIL  concurrent fenced writes  +(token \d+ was written after token \d+ had been|the key ends with token)`, r.stdout)
+	oneLineErr(t, r.stderr)
+	assert.Contains(t, r.stderr, "cannot fence writes")
+	assert.Empty(t, objects(t, srv, bucket), "probe objects left behind")
+	t.Logf("dlock check-fence on a non-atomic store:\nstdout:\n%sstderr: %s", r.stdout, r.stderr)
+}
