@@ -37,11 +37,13 @@ type ProxyConfig struct {
 	// conditional writes are not atomic: it evaluates a PUT's If-Match or
 	// If-None-Match: * itself, against a HEAD of the object, answers 412
 	// if the condition fails, and otherwise forwards the PUT without it
-	// (signed again) once another conditional PUT of the same key has
-	// passed its check too, or after CheckThenWrite at most. One request
-	// at a time it is indistinguishable from a correct store; concurrent
-	// writers all pass their checks, as on versitygw before v1.8.0
-	// (versitygw#2288) or seaweedfs#8800. Optional, defaults to 0: off.
+	// (signed again). A write whose check passed waits, up to
+	// CheckThenWrite, for another conditional PUT of the same key to pass
+	// its check too; then that one writes first and the waiting one over
+	// it, both having checked the same version. One request at a time it
+	// is indistinguishable from a correct store; concurrent writers all
+	// pass their checks, as on versitygw before v1.8.0 (versitygw#2288) or
+	// seaweedfs#8800. Optional, defaults to 0: off.
 	CheckThenWrite time.Duration
 
 	// Wrap, if set, wraps the transport that carries requests to the
@@ -190,7 +192,7 @@ type checker struct {
 	window time.Duration
 
 	mu     sync.Mutex
-	passed map[string]chan struct{} // per path: closed when a second check passes
+	passed map[string]chan struct{} // per path, a write waiting for a partner: closed when the partner has written
 }
 
 func (c *checker) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -214,30 +216,36 @@ func (c *checker) RoundTrip(r *http.Request) (*http.Response, error) {
 	if ifNoneMatch == "*" && exists || ifMatch != "" && (!exists || strings.Trim(ifMatch, `"`) != strings.Trim(etag, `"`)) {
 		return preconditionFailed(r), nil
 	}
-	// The check passed: hold the write until another writer's check of
-	// the same key has passed too (or the window closes).
+	// The check passed. Pair this write with another conditional PUT of
+	// the same key whose check passed too: the second one writes at once,
+	// the first one after it, over it (or after the window, unpaired).
 	c.mu.Lock()
-	ch, ok := c.passed[r.URL.Path]
-	if ok {
+	done, paired := c.passed[r.URL.Path]
+	if paired {
 		delete(c.passed, r.URL.Path)
-		close(ch)
 	} else {
-		ch = make(chan struct{})
-		c.passed[r.URL.Path] = ch
+		done = make(chan struct{})
+		c.passed[r.URL.Path] = done
 	}
 	c.mu.Unlock()
+	if paired {
+		defer close(done)
+		return c.next.RoundTrip(r)
+	}
 	t := time.NewTimer(c.window)
 	defer t.Stop()
 	select {
-	case <-ch:
+	case <-done:
 	case <-t.C:
-		c.mu.Lock()
-		if c.passed[r.URL.Path] == ch {
-			delete(c.passed, r.URL.Path)
-		}
-		c.mu.Unlock()
 	case <-r.Context().Done():
-		return nil, r.Context().Err()
+	}
+	c.mu.Lock()
+	if c.passed[r.URL.Path] == done {
+		delete(c.passed, r.URL.Path)
+	}
+	c.mu.Unlock()
+	if err := r.Context().Err(); err != nil {
+		return nil, err
 	}
 	return c.next.RoundTrip(r)
 }

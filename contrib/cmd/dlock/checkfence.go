@@ -180,8 +180,9 @@ func parseS3URL(s string) (bucket, prefix string, err error) {
 // with tokens interleaved tokens (round r's tokens r*writers+1 ..
 // (r+1)*writers dealt one to each writer, shuffled), each token writing
 // its own content. It fails if a token was written after a higher one had
-// been, if a Put failed other than as stale, or if the key does not end
-// with the highest token and its content. It deletes the key.
+// been, if the key held a lower token right after a write, if a Put failed
+// other than as stale, or if the key does not end with the highest token
+// and its content. It deletes the key.
 func concurrentCheck(ctx context.Context, client *s3.Client, g *s3fence.Guard, prefix string, writers, tokens int) (string, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
@@ -231,6 +232,14 @@ func concurrentCheck(ctx context.Context, client *s3.Client, g *s3fence.Guard, p
 						fail(fmt.Errorf("token %d was written after token %d had been: the store let a stale conditional write through", seq, before))
 					}
 					for m := maxWritten.Load(); seq > m && !maxWritten.CompareAndSwap(m, seq); m = maxWritten.Load() {
+					}
+					// Tokens never go down: right after this write the key
+					// holds this token or a higher one.
+					if tok, err := g.Token(ctx, key); err != nil {
+						fail(err)
+						return
+					} else if tok.Seq < seq {
+						fail(fmt.Errorf("right after token %d was written the key holds token %d: the store let a stale conditional write through", seq, tok.Seq))
 					}
 				case errors.Is(err, fence.ErrStaleToken):
 					stale.Add(1)
