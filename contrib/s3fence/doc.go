@@ -98,6 +98,10 @@
 //     object. A store (or a cache in front of it) that answers HEAD from a
 //     lagging replica only costs retries; one that evaluates If-Match
 //     against a lagging replica is not safe, whatever New finds.
+//   - Put needs s3:GetObject (for HEAD) and s3:PutObject on the keys it
+//     writes. Without s3:ListBucket on the bucket, AWS S3 answers a HEAD
+//     of a missing key with 403 instead of 404, and Put cannot create a
+//     key.
 //   - New needs s3:PutObject, s3:GetObject and s3:DeleteObject on the
 //     probe prefix (WithProbePrefix) and deletes its probe object; in a
 //     versioned bucket the probe leaves noncurrent versions behind.

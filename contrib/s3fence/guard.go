@@ -136,6 +136,9 @@ func (g *Guard) put(ctx context.Context, t fence.Token, key string, body io.Read
 	for range g.o.maxAttempts {
 		cur, err := g.read(ctx, key)
 		if err != nil {
+			if ctx.Err() != nil {
+				err = ctxError(ctx, err)
+			}
 			return outcome(fmt.Errorf("s3fence: put %q: read: %w", key, err))
 		}
 		if cur.writeID == writeID {

@@ -109,7 +109,7 @@ func TestProxyStripsConditions(t *testing.T) {
 	assert.Equal(t, int32(1), dropped.Load())
 }
 
-func TestStopRemovesEverything(t *testing.T) {
+func TestStopIsIdempotent(t *testing.T) {
 	srv, err := s3test.StartServer(testCtx(t))
 	if errors.Is(err, s3test.ErrNotInstalled) {
 		s3test.Start(t) // skips, or fails under DLOCK_REQUIRE
