@@ -21,6 +21,7 @@
 //	dlock elect --observe [flags] NAME
 //	dlock inspect [--json] [--election] [--watch] [flags] NAME
 //	dlock bench --dsn DSN [--dsn DSN...] [--clients 4] [--duration 5s] [--hold 0] [--json] [--progress]
+//	dlock check-fence [--endpoint URL] [--region R] [--path-style] [--writers 8] [--tokens 64] s3://BUCKET[/PREFIX]
 //
 // demo starts etcd inside the process and replays the classic failure: A
 // holds a lock, pauses past its session timeout, B is granted the lock and
@@ -67,6 +68,16 @@
 // and prints them side by side (p50, p90, p99 and max), with a histogram of
 // acquire latencies; --json prints one JSON object per backend instead.
 //
+// check-fence checks that an S3-compatible store honours the conditional
+// writes that contrib/s3fence fences writes with, before you trust it: it
+// runs the checks s3fence.New runs (a deliberately stale conditional write
+// must be refused with 412, among others) and a concurrent check (fenced
+// writes of interleaved tokens from several writers to one key), prints
+// each with PASS or FAIL, deletes its probe objects under PREFIX, and
+// exits 1 at the first failure. The store and credentials come from the
+// standard AWS configuration (AWS_ENDPOINT_URL, AWS_REGION,
+// AWS_ACCESS_KEY_ID, ...); --endpoint and --region override it.
+//
 // elect and inspect talk to etcd only, and so does run by default:
 // --endpoints (default 127.0.0.1:2379, plaintext) or --dsn
 // etcd://h1:2379,h2:2379[/prefix][?ttl=10s]. run also takes
@@ -101,7 +112,7 @@
 //
 // # Exit codes
 //
-//	0      success (run: CMD exited 0)
+//	0      success (run: CMD exited 0; check-fence: every check passed)
 //	1      error: backend unreachable within --dial-timeout, lock not acquired within --timeout, …
 //	2      bad flags or arguments
 //	3      the lock (run) or leadership (elect) was lost while held

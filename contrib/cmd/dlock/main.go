@@ -35,6 +35,7 @@ var commands = []command{
 	{"elect", "campaign for leadership, or observe an election's leaders", runElect},
 	{"inspect", "show a lock's holder and wait queue", runInspect},
 	{"bench", "measure acquire latency, handoff latency and throughput per backend", runBench},
+	{"check-fence", "check that an S3-compatible store honours the conditional writes fencing needs", runCheckFence},
 }
 
 // env is what a subcommand talks to: its output streams and environment.
@@ -140,7 +141,7 @@ Usage:
 Commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 Run "dlock <command> --help" for a command's flags.

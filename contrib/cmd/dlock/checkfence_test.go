@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/integration/s3test"
+)
+
+// objects returns the keys in bucket.
+func objects(t *testing.T, srv *s3test.Server, bucket string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, err := srv.Client(t).ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket)})
+	require.NoError(t, err)
+	var keys []string
+	for _, o := range out.Contents {
+		keys = append(keys, aws.ToString(o.Key))
+	}
+	return keys
+}
+
+// check-fence against a real versitygw: every check passes, each printed,
+// and the probe objects are gone.
+func TestCheckFence(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket(t)
+	r := runCLIEnv(t, srv.Env(), "check-fence", "s3://"+bucket+"/locks/probe")
+	require.Equal(t, 0, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	assert.Empty(t, r.stderr)
+	for _, check := range []string{"create", "metadata", "create-only", "compare-and-swap", "stale compare-and-swap", "refused writes left no trace", "concurrent fenced writes"} {
+		assert.Regexp(t, `(?m)^PASS  `+check+`  +\S`, r.stdout, check)
+	}
+	assert.NotContains(t, r.stdout, "FAIL")
+	assert.Contains(t, r.stdout, "checking s3://"+bucket+"/locks/probe/ at "+srv.Endpoint+", path-style (region us-east-1)")
+	assert.Contains(t, r.stdout, "ok: s3://"+bucket+" honours the conditional writes")
+	assert.Empty(t, objects(t, srv, bucket), "probe objects left behind")
+	t.Logf("dlock check-fence:\n%s", r.stdout)
+}
+
+// check-fence through a proxy that drops If-Match and If-None-Match (and
+// signs the request again): the store accepts conditional writes and
+// ignores them. It fails at the first condition, says so on one line, and
+// cleans up.
+func TestCheckFenceRefusesStoreIgnoringConditions(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket(t)
+	proxy := s3test.StartProxy(t, srv, s3test.ProxyConfig{Strip: s3test.ConditionHeaders})
+	r := runCLIEnv(t, proxy.Env(), "check-fence", "s3://"+bucket)
+	require.Equal(t, 1, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	assert.Regexp(t, `(?m)^PASS  create  `, r.stdout)
+	assert.Regexp(t, `(?m)^PASS  metadata  `, r.stdout)
+	assert.Regexp(t, `(?m)^FAIL  create-only  +s3fence: store does not honour conditional writes: a second PUT with If-None-Match: \* on an existing key succeeded`, r.stdout)
+	assert.NotContains(t, r.stdout, "concurrent fenced writes")
+	oneLineErr(t, r.stderr)
+	assert.Contains(t, r.stderr, "dlock check-fence: s3://"+bucket+" cannot fence writes: s3fence: store does not honour conditional writes")
+	assert.Empty(t, objects(t, srv, bucket), "probe objects left behind")
+	t.Logf("dlock check-fence through the stripping proxy:\nstdout:\n%sstderr: %s", r.stdout, r.stderr)
+}
+
+func TestCheckFenceUsage(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, "check-fence", "--help")
+	assert.Equal(t, 0, r.code)
+	assert.Contains(t, r.stderr, "Usage: dlock check-fence")
+	for _, args := range [][]string{
+		{"check-fence"},
+		{"check-fence", "s3://a", "s3://b"},
+		{"check-fence", "http://bucket/prefix"},
+		{"check-fence", "s3:///prefix"},
+		{"check-fence", "--writers", "0", "s3://b"},
+		{"check-fence", "--writers", "8", "--tokens", "4", "s3://b"},
+		{"check-fence", "--timeout", "0s", "s3://b"},
+		{"check-fence", "--bogus", "s3://b"},
+	} {
+		r := runCLI(t, args...)
+		assert.Equal(t, 2, r.code, "dlock %q: stderr %q", args, r.stderr)
+		oneLineErr(t, r.stderr)
+		assert.True(t, strings.HasPrefix(r.stderr, "dlock check-fence: "), r.stderr)
+	}
+}
+
+// check-fence through a store that checks conditions and then writes, not
+// atomically: every sequential check passes, the concurrent one fails.
+func TestCheckFenceCatchesNonAtomicStore(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket(t)
+	proxy := s3test.StartProxy(t, srv, s3test.ProxyConfig{CheckThenWrite: 200 * time.Millisecond})
+	r := runCLIEnv(t, proxy.Env(), "check-fence", "s3://"+bucket+"/p")
+	require.Equal(t, 1, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+	for _, check := range []string{"create", "metadata", "create-only", "compare-and-swap", "stale compare-and-swap", "refused writes left no trace"} {
+		assert.Regexp(t, `(?m)^PASS  `+check+`  `, r.stdout, check)
+	}
+	assert.Regexp(t, `(?m)^FAIL  concurrent fenced writes  +(token \d+ was written after token \d+ had been|right after token \d+ was written|the key ends with token)`, r.stdout)
+	oneLineErr(t, r.stderr)
+	assert.Contains(t, r.stderr, "cannot fence writes")
+	assert.Empty(t, objects(t, srv, bucket), "probe objects left behind")
+	t.Logf("dlock check-fence on a non-atomic store:\nstdout:\n%sstderr: %s", r.stdout, r.stderr)
+}

@@ -1,0 +1,23 @@
+// Command install builds the versitygw binary that package s3test starts
+// (or finds the one already built) and prints its path. CI runs it before
+// the tests, so that no test spends its time on the build:
+//
+//	go run ./integration/s3test/install
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/dlock-go/dlock/integration/s3test"
+)
+
+func main() {
+	bin, err := s3test.Binary(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(bin)
+}
