@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
 	"github.com/dlock-go/dlock/session"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 // Backend names for Config.Backend.
@@ -88,21 +89,19 @@ type Config struct {
 // The options each backend is built with, from one place, so that
 // Validate checks exactly what Open and Locker use.
 func (c Config) sessionOptions() []session.Option {
-	return []session.Option{session.WithTTL(c.TTL), session.WithLogger(c.logger()), session.WithMeterProvider(c.MeterProvider)}
+	return []session.Option{session.WithTTL(c.TTL), session.WithTelemetry(c.telemetry())}
 }
 
 func (c Config) lockOptions() []lock.Option {
-	return []lock.Option{
-		lock.WithPrefix(c.Prefix + "/lock"), lock.WithLogger(c.logger()),
-		lock.WithMeterProvider(c.MeterProvider), lock.WithTracerProvider(c.TracerProvider),
-	}
+	return []lock.Option{lock.WithPrefix(c.Prefix + "/lock"), lock.WithTelemetry(c.telemetry())}
 }
 
 func (c Config) electionOptions() []election.Option {
-	return []election.Option{
-		election.WithPrefix(c.Prefix + "/election"), election.WithLogger(c.logger()),
-		election.WithMeterProvider(c.MeterProvider), election.WithTracerProvider(c.TracerProvider),
-	}
+	return []election.Option{election.WithPrefix(c.Prefix + "/election"), election.WithTelemetry(c.telemetry())}
+}
+
+func (c Config) telemetry() telemetry.Providers {
+	return telemetry.Providers{MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider, Logger: c.Logger}
 }
 
 func (c Config) logger() *slog.Logger {

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/telemetry"
+
 	"github.com/dlock-go/dlock/integration/oteltest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -272,10 +273,12 @@ func TestTelemetryGuards(t *testing.T) {
 	fresh := fence.Token{Name: "orders", Seq: 7}
 	guard := func(g string) attribute.KeyValue { return attribute.String("dlock.guard", g) }
 
-	prev := otel.GetMeterProvider()
-	otel.SetMeterProvider(mp) // MemoryGuard records through the global provider
-	defer otel.SetMeterProvider(prev)
-	mem := fence.NewMemoryGuard()
+	// A guard without telemetry of its own (fence depends on nothing)
+	// records through telemetry.Guard.
+	memory := func() fence.Guard {
+		return telemetry.Guard(fence.NewMemoryGuard(), "memory", telemetry.Providers{MeterProvider: mp})
+	}
+	mem := memory()
 	require.NoError(t, mem.Admit(ctx, fresh))
 	require.ErrorIs(t, mem.Admit(ctx, stale), fence.ErrStaleToken)
 	m.assert("dlock.fence.rejected", 1, guard("memory"))
@@ -283,7 +286,7 @@ func TestTelemetryGuards(t *testing.T) {
 	pool, err := pgxpool.New(ctx, pgtest.Start(t).NewDatabase(t))
 	require.NoError(t, err)
 	defer pool.Close()
-	pg, err := pgfence.New(pool, pgfence.WithMeterProvider(mp))
+	pg, err := pgfence.New(pool, pgfence.WithTelemetry(telemetry.Providers{MeterProvider: mp}))
 	require.NoError(t, err)
 	require.NoError(t, pg.Migrate(ctx))
 	require.NoError(t, pg.Admit(ctx, fresh))
@@ -292,13 +295,13 @@ func TestTelemetryGuards(t *testing.T) {
 
 	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
 	defer rdb.Close()
-	rg, err := redisfence.New(rdb, redisfence.WithMeterProvider(mp))
+	rg, err := redisfence.New(rdb, redisfence.WithTelemetry(telemetry.Providers{MeterProvider: mp}))
 	require.NoError(t, err)
 	require.NoError(t, rg.Admit(ctx, fresh))
 	require.ErrorIs(t, rg.Admit(ctx, stale), fence.ErrStaleToken)
 	m.assert("dlock.fence.rejected", 1, guard("redis"))
 
-	srv := httptest.NewServer(httpfence.Middleware(fence.NewMemoryGuard(), httpfence.WithMeterProvider(mp))(
+	srv := httptest.NewServer(httpfence.Middleware(memory(), httpfence.WithTelemetry(telemetry.Providers{MeterProvider: mp}))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
 	defer srv.Close()
 	for _, tok := range []fence.Token{fresh, stale} {
@@ -311,7 +314,7 @@ func TestTelemetryGuards(t *testing.T) {
 	}
 	m.assert("dlock.fence.rejected", 1, guard("http"))
 
-	intercept := grpcfence.UnaryServerInterceptor(fence.NewMemoryGuard(), grpcfence.WithMeterProvider(mp))
+	intercept := grpcfence.UnaryServerInterceptor(memory(), grpcfence.WithTelemetry(telemetry.Providers{MeterProvider: mp}))
 	for _, tok := range []fence.Token{fresh, stale} {
 		ictx := metadata.NewIncomingContext(ctx, metadata.Pairs(grpcfence.MetadataKey, tok.String()))
 		_, err := intercept(ictx, nil, &grpc.UnaryServerInfo{FullMethod: "/x/Y"}, func(context.Context, any) (any, error) { return nil, nil })

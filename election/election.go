@@ -8,8 +8,8 @@ import (
 
 	"github.com/dlock-go/dlock/internal/grant"
 	"github.com/dlock-go/dlock/internal/names"
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/queue"
-	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -61,7 +61,7 @@ func New(src session.Source, name string, opts ...Option) (*Election, error) {
 
 func newElection(src session.Source, name string, o options) *Election {
 	return &Election{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, queue.Exclusive), opts: o, path: grant.Path{
-		Current: grant.Sessions(src.Current), Name: name, Tel: telemetry.New(o.tel, "etcd"), Errs: sentinels, Term: true,
+		Current: grant.Sessions(src.Current), Name: name, Tel: obs.New(o.tel, "etcd"), Errs: sentinels, Term: true,
 	}}
 }
 

@@ -2,13 +2,11 @@ package election
 
 import (
 	"fmt"
-	"log/slog"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
+	"github.com/dlock-go/dlock/telemetry"
 
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/option"
-	"github.com/dlock-go/dlock/internal/telemetry"
 
 	"github.com/dlock-go/dlock/internal/names"
 )
@@ -23,7 +21,7 @@ type Option func(*options)
 
 type options struct {
 	prefix string
-	tel    telemetry.Config
+	tel    obs.Config
 	// readHook, test-only, is called by Observe after each read of the
 	// election's keys, with the read's revision, before it starts watching.
 	readHook func(rev int64)
@@ -38,22 +36,11 @@ func defaultOptions() options {
 // (which escapes "/" in names and marks a queue's side keys).
 func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
-// WithMeterProvider sets where the election's metrics go
-// (dlock.acquire.duration for Campaign, dlock.election.leader). Optional,
-// defaults to otel.GetMeterProvider().
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.tel.MeterProvider = mp }
-}
-
-// WithTracerProvider sets where the election's spans go (one per
-// Campaign). Optional, defaults to otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tel.TracerProvider = tp }
-}
-
-// WithLogger sets the logger of terms gained and resigned (DEBUG) and
-// lost (WARN). Optional, defaults to discarding.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.tel.Logger = l } }
+// WithTelemetry sets where the election's metrics (dlock.acquire.duration
+// for Campaign, dlock.election.leader), spans (one per Campaign) and logs
+// (terms gained and resigned at DEBUG, lost at WARN) go. Optional,
+// defaults to the global OpenTelemetry providers and no logs.
+func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.tel = obs.Config(p) } }
 
 func withReadHook(f func(rev int64)) Option { return func(o *options) { o.readHook = f } }
 

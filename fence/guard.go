@@ -3,8 +3,6 @@ package fence
 import (
 	"context"
 	"sync"
-
-	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // Guard admits or rejects fencing tokens at a resource. Admit returns nil if
@@ -24,14 +22,13 @@ type Guard interface {
 type MemoryGuard struct {
 	mu      sync.Mutex
 	highest map[string]uint64
-	tel     *telemetry.Guarded
 }
 
 var _ Guard = (*MemoryGuard)(nil)
 
 // NewMemoryGuard returns an empty MemoryGuard.
 func NewMemoryGuard() *MemoryGuard {
-	return &MemoryGuard{highest: make(map[string]uint64), tel: telemetry.NewGuard(telemetry.Config{}, "memory", ErrStaleToken)}
+	return &MemoryGuard{highest: make(map[string]uint64)}
 }
 
 // Admit records t.Seq as the high-water mark for t.Name if it is at least the
@@ -55,18 +52,16 @@ func (g *MemoryGuard) Do(t Token, fn func() error) error {
 	if err := t.Check(); err != nil {
 		return err
 	}
-	return g.tel.Write(context.Background(), t.Name, t.Seq, func(context.Context) error {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if h := g.highest[t.Name]; t.Seq < h {
-			return &StaleTokenError{Name: t.Name, Seq: t.Seq, Highest: h}
-		}
-		if g.highest == nil {
-			g.highest = make(map[string]uint64)
-		}
-		g.highest[t.Name] = t.Seq
-		return fn()
-	})
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h := g.highest[t.Name]; t.Seq < h {
+		return &StaleTokenError{Name: t.Name, Seq: t.Seq, Highest: h}
+	}
+	if g.highest == nil {
+		g.highest = make(map[string]uint64)
+	}
+	g.highest[t.Name] = t.Seq
+	return fn()
 }
 
 // Highest returns the highest Seq admitted for name, or 0.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/telemetry"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -679,9 +681,9 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 	b.Cleanup(func() { mp.Shutdown(ctx); tp.Shutdown(ctx) })
-	offOpts := []lock.Option{lock.WithMeterProvider(metricnoop.NewMeterProvider()), lock.WithTracerProvider(tracenoop.NewTracerProvider())}
+	offOpts := []lock.Option{lock.WithTelemetry(telemetry.Providers{MeterProvider: metricnoop.NewMeterProvider(), TracerProvider: tracenoop.NewTracerProvider()})}
 	var ms [3]*lock.Mutex
-	for i, opts := range [][]lock.Option{{lock.WithMeterProvider(mp), lock.WithTracerProvider(tp)}, offOpts, offOpts} {
+	for i, opts := range [][]lock.Option{{lock.WithTelemetry(telemetry.Providers{MeterProvider: mp, TracerProvider: tp})}, offOpts, offOpts} {
 		m, err := lock.New(s, "telemetry", opts...)
 		if err != nil {
 			b.Fatal(err)

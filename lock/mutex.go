@@ -8,8 +8,8 @@ import (
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/grant"
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/queue"
-	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -76,7 +76,7 @@ func newLock(src session.Source, name string, opts []Option) (base, options, err
 		return base{}, options{}, err
 	}
 	return base{name: name, opts: o, path: grant.Path{
-		Current: grant.Sessions(src.Current), Name: name, Tel: telemetry.New(o.tel, "etcd"), Errs: sentinels,
+		Current: grant.Sessions(src.Current), Name: name, Tel: obs.New(o.tel, "etcd"), Errs: sentinels,
 	}}, o, nil
 }
 

@@ -2,15 +2,13 @@ package lock
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
+	"github.com/dlock-go/dlock/telemetry"
 
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/option"
-	"github.com/dlock-go/dlock/internal/telemetry"
 
 	"github.com/dlock-go/dlock/internal/names"
 )
@@ -26,7 +24,7 @@ type options struct {
 	prefix    string
 	owner     string
 	lockDelay time.Duration
-	tel       telemetry.Config
+	tel       obs.Config
 }
 
 // defaultOwner returns the owner stored with grants when WithOwner is not
@@ -103,23 +101,11 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 // longer than needed, once.
 func WithLockDelay(d time.Duration) Option { return func(o *options) { o.lockDelay = d } }
 
-// WithMeterProvider sets where the lock's metrics go (the instruments of
-// the meter "github.com/dlock-go/dlock": dlock.acquire.duration,
-// dlock.held, dlock.lost). Optional, defaults to otel.GetMeterProvider().
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.tel.MeterProvider = mp }
-}
-
-// WithTracerProvider sets where the lock's spans go (one per acquire, with
-// its outcome, wait, token and the entries ahead at its enqueue).
-// Optional, defaults to otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tel.TracerProvider = tp }
-}
-
-// WithLogger sets the logger of the lock's grants (DEBUG) and losses
-// (WARN). Optional, defaults to discarding.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.tel.Logger = l } }
+// WithTelemetry sets where the lock's metrics (dlock.acquire.duration,
+// dlock.held, dlock.lost), spans (one per acquire) and logs (grants at
+// DEBUG, losses at WARN) go. Optional, defaults to the global
+// OpenTelemetry providers and no logs.
+func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.tel = obs.Config(p) } }
 
 // WithOwner sets the value stored in the lock's key, shown by inspection
 // tools. Optional, defaults to defaultOwner(). It must be printable ASCII

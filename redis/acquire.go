@@ -12,7 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -87,11 +87,11 @@ func acquire(ctx context.Context, a attempter, name string, o *options) (g *Gran
 
 // observe runs one acquire (op "lock" or "try lock") of the lock called
 // name under its span, and records its duration by outcome.
-func observe(ctx context.Context, tel *telemetry.T, name, op string, fn func(ctx context.Context) (*Grant, bool, error)) (lock.Held, error) {
+func observe(ctx context.Context, tel *obs.T, name, op string, fn func(ctx context.Context) (*Grant, bool, error)) (lock.Held, error) {
 	ctx, a := tel.StartAcquire(ctx, op, name)
 	g, queued, err := fn(ctx)
 	if err != nil {
-		a.Failed(telemetry.OutcomeOf(ctx, err, ErrLocked), err)
+		a.Failed(obs.OutcomeOf(ctx, err, ErrLocked), err)
 		return nil, err
 	}
 	a.Granted(g.token.Seq, queued, -1)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -56,7 +56,7 @@ type Grant struct {
 	drift time.Duration
 	start time.Time // when the acquire was sent
 	done  chan struct{}
-	tel   *telemetry.T
+	tel   *obs.T
 
 	unlockMu  sync.Mutex // serialises Unlock
 	extendMu  sync.Mutex // serialises Extend
@@ -78,7 +78,7 @@ var _ lock.Held = (*Grant)(nil)
 // validity timer (and the watchdog, if o asks for it) of a grant whose
 // acquire was sent at start. The caller has checked that the deadline is
 // still ahead.
-func newGrant(name string, seq uint64, value string, ops grantOps, o *options, start time.Time, tel *telemetry.T) *Grant {
+func newGrant(name string, seq uint64, value string, ops grantOps, o *options, start time.Time, tel *obs.T) *Grant {
 	g := &Grant{
 		name:  name,
 		token: fence.Token{Name: name, Seq: seq},
@@ -149,12 +149,12 @@ func (g *Grant) Extend(ctx context.Context) error {
 		return errs.New("redis", g.name, "extend", g.err)
 	}
 	if !time.Now().Before(g.deadline) {
-		g.endLocked(g.expiredErr(), telemetry.LostExpired)
+		g.endLocked(g.expiredErr(), obs.LostExpired)
 		return g.err
 	}
 	if err != nil {
 		if errors.Is(err, ErrLockLost) {
-			g.endLocked(errs.New("redis", g.name, "extend", err), telemetry.LostDeleted)
+			g.endLocked(errs.New("redis", g.name, "extend", err), obs.LostDeleted)
 			return g.err
 		}
 		return errs.New("redis", g.name, "extend", err)
@@ -214,7 +214,7 @@ func (g *Grant) Unlock(ctx context.Context) error {
 		// Only the first release's answer tells a loss: a retry after an
 		// unknown outcome may find the key deleted by that first release.
 		if g.err != lock.ErrUnlocked {
-			g.tel.Ended(g.name, telemetry.LostDeleted, g.err)
+			g.tel.Ended(g.name, obs.LostDeleted, g.err)
 		} else {
 			g.tel.Ended(g.name, "", nil)
 		}
@@ -256,7 +256,7 @@ func (g *Grant) expire() {
 	if g.state != stateHeld || time.Now().Before(g.deadline) {
 		return // ended already, or extended after the timer fired
 	}
-	g.endLocked(g.expiredErr(), telemetry.LostExpired)
+	g.endLocked(g.expiredErr(), obs.LostExpired)
 }
 
 func (g *Grant) expiredErr() error {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -37,7 +37,7 @@ type Mutex struct {
 	name   string
 	keys   keys
 	o      options
-	tel    *telemetry.T
+	tel    *obs.T
 	tasks  tasks // stragglers: see Drain
 	// capped: the client honours ctx deadlines, so commands run in the
 	// caller's goroutine with their deadline capped (see call).
@@ -65,7 +65,7 @@ func New(client goredis.UniversalClient, name string, opts ...Option) (*Mutex, e
 			return nil, fmt.Errorf("%w: replicas: WAIT needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalidOption, client)
 		}
 	}
-	return &Mutex{client: client, name: name, keys: newKeys(o.prefix, name), o: o, tel: telemetry.New(o.tel, "redis"), capped: honoursDeadlines(client)}, nil
+	return &Mutex{client: client, name: name, keys: newKeys(o.prefix, name), o: o, tel: obs.New(o.tel, "redis"), capped: honoursDeadlines(client)}, nil
 }
 
 // Name returns the lock's name.

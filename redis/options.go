@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlock-go/dlock/internal/names"
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/option"
-	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // Defaults for the options, in one place.
@@ -60,7 +60,7 @@ type options struct {
 	owner          string
 	replicas       int
 	replicaTimeout time.Duration
-	tel            telemetry.Config
+	tel            obs.Config
 }
 
 func defaults() options {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -42,7 +42,7 @@ type Redlock struct {
 	keys    keys
 	o       options
 	quorum  int
-	tel     *telemetry.T
+	tel     *obs.T
 	tasks   tasks // stragglers: see Drain
 }
 
@@ -88,7 +88,7 @@ func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) 
 		keys:    newKeys(o.prefix, name),
 		o:       o,
 		quorum:  len(clients)/2 + 1,
-		tel:     telemetry.New(o.tel, "redlock"),
+		tel:     obs.New(o.tel, "redlock"),
 	}, nil
 }
 

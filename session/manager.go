@@ -54,7 +54,7 @@ const (
 // while etcd is unreachable, Current retries with a jittered backoff
 // (MinRetry to MaxRetry) until its ctx ends, and concurrent callers share
 // one attempt. It logs each session's start (INFO) and end (WARN, or DEBUG
-// for Close) to the logger given with WithLogger.
+// for Close) to the logger given with WithTelemetry.
 //
 // A Manager is safe for concurrent use. Close it when done; it runs no
 // goroutine of its own beyond its current session's heartbeat loop.
@@ -84,7 +84,7 @@ func NewManager(cli *clientv3.Client, opts ...Option) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{cli: cli, opts: opts, log: o.logger}, nil
+	return &Manager{cli: cli, opts: opts, log: o.logger()}, nil
 }
 
 // Client returns the etcd client the Manager's sessions run on.

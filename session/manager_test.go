@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/telemetry"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -52,7 +54,7 @@ func TestManagerRenews(t *testing.T) {
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
 	var logs syncBuffer
-	m, err := session.NewManager(cli, session.WithTTL(2*time.Second), session.WithLogger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	m, err := session.NewManager(cli, session.WithTTL(2*time.Second), session.WithTelemetry(telemetry.Providers{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}))
 	require.NoError(t, err)
 	defer m.Close(ctx)
 
@@ -132,7 +134,7 @@ func TestManagerUnreachable(t *testing.T) {
 	assert.ErrorIs(t, err, session.ErrInvalidOption)
 	_, err = session.NewManager(cli, session.WithTTL(time.Second))
 	assert.ErrorIs(t, err, session.ErrInvalidOption)
-	_, err = session.NewManager(cli, session.WithLogger(nil))
-	assert.ErrorIs(t, err, session.ErrInvalidOption)
+	_, err = session.NewManager(cli, nil)
+	assert.ErrorIs(t, err, session.ErrInvalidOption, "a nil option")
 	assert.NoError(t, session.ValidateOptions(session.WithTTL(5*time.Second)))
 }

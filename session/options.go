@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 
-	"time"
+	"github.com/dlock-go/dlock/telemetry"
 
-	"go.opentelemetry.io/otel/metric"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/option"
 )
@@ -27,12 +27,11 @@ type options struct {
 	ttl       time.Duration
 	heartbeat time.Duration // 0: ttl/3
 	margin    time.Duration // -1: default
-	logger    *slog.Logger
-	meter     metric.MeterProvider // nil: otel.GetMeterProvider()
+	tel       telemetry.Providers
 }
 
 func defaults() options {
-	return options{ttl: DefaultTTL, margin: -1, logger: slog.New(slog.DiscardHandler)}
+	return options{ttl: DefaultTTL, margin: -1}
 }
 
 // ValidateOptions reports whether New would accept opts, without I/O:
@@ -57,6 +56,13 @@ func build(opts []Option) (options, error) {
 // least MinTTL.
 func WithTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
 
+// WithTelemetry sets where the session records its end
+// (dlock.session.ended, by cause) and logs it (WARN when it expired or its
+// lease is gone, DEBUG on Close), and where a Manager logs its sessions'
+// starts and failed starts. Optional, defaults to the global
+// OpenTelemetry providers and no logs.
+func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.tel = p } }
+
 // WithHeartbeat sets the interval between keepalives. Optional, defaults to
 // TTL/3. It must be positive and shorter than TTL − margin.
 func WithHeartbeat(d time.Duration) Option { return func(o *options) { o.heartbeat = d } }
@@ -66,17 +72,6 @@ func WithHeartbeat(d time.Duration) Option { return func(o *options) { o.heartbe
 // It must be ≥ 0 and < TTL − heartbeat, so that a healthy session renews
 // before its deadline.
 func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
-
-// WithLogger sets the logger a Session reports its end to (WARN when it
-// expired or its lease is gone, DEBUG on Close), and a Manager its starts
-// and failed starts. Optional, defaults to discarding. A nil logger is an
-// error.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
-
-// WithMeterProvider sets where the session records its end
-// (dlock.session.ended, by cause). Optional, defaults to
-// otel.GetMeterProvider().
-func WithMeterProvider(mp metric.MeterProvider) Option { return func(o *options) { o.meter = mp } }
 
 // DefaultMargin returns the default safety margin for ttl: ttl/5, but at
 // least 500ms and at most 2s. The margin has to cover what separates the
@@ -98,9 +93,6 @@ func DefaultMargin(ttl time.Duration) time.Duration {
 }
 
 func (o *options) validate() error {
-	if o.logger == nil {
-		return fmt.Errorf("%w: logger is nil", ErrInvalidOption)
-	}
 	if o.ttl <= 0 {
 		return fmt.Errorf("%w: ttl %v must be positive", ErrInvalidOption, o.ttl)
 	}
@@ -129,4 +121,13 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: safety margin %v must be shorter than ttl − heartbeat (%v − %v)", ErrInvalidOption, o.margin, o.ttl, o.heartbeat)
 	}
 	return nil
+}
+
+// logger is where the session and the Manager log: the Providers' Logger,
+// or nowhere.
+func (o *options) logger() *slog.Logger {
+	if o.tel.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.tel.Logger
 }

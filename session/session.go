@@ -11,8 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/retry"
-	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // Session is one etcd lease kept alive by one heartbeat loop. Every key a
@@ -39,7 +39,7 @@ type Session struct {
 
 	ctx    context.Context // cancelled with err as cause when the session ends
 	cancel context.CancelCauseFunc
-	tel    *telemetry.T
+	tel    *obs.T
 
 	mu          sync.Mutex
 	deadline    time.Time // carries a monotonic reading
@@ -86,7 +86,7 @@ func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline t
 		stopLoop:    stop,
 		loopDone:    make(chan struct{}),
 		deadline:    deadline,
-		tel:         telemetry.New(telemetry.Config{MeterProvider: o.meter}, "etcd"),
+		tel:         obs.New(obs.Config(o.tel), "etcd"),
 	}
 	go s.run(loopCtx, time.Now())
 	return s
@@ -218,13 +218,13 @@ func (s *Session) end(err error) {
 	if errors.Is(err, ErrClosed) {
 		level = slog.LevelDebug
 	}
-	s.opts.logger.Log(context.Background(), level, "dlock: session ended", "lease", fmt.Sprintf("%016x", int64(s.id)), "cause", err)
-	cause := telemetry.EndExpired
+	s.tel.Logger().Log(context.Background(), level, "dlock: session ended", "lease", fmt.Sprintf("%016x", int64(s.id)), "cause", err)
+	cause := obs.EndExpired
 	switch {
 	case errors.Is(err, ErrClosed):
-		cause = telemetry.EndClosed
+		cause = obs.EndClosed
 	case errors.Is(err, ErrLeaseGone):
-		cause = telemetry.EndLeaseGone
+		cause = obs.EndLeaseGone
 	}
 	s.tel.SessionEnded(cause)
 }

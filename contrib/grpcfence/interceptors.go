@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/telemetry"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -96,15 +96,12 @@ type serverStream struct {
 
 func (s serverStream) Context() context.Context { return s.ctx }
 
-func admit(ctx context.Context, g fence.Guard, tel *telemetry.Guarded) (context.Context, error) {
+func admit(ctx context.Context, g fence.Guard, tel *telemetry.Fence) (context.Context, error) {
 	t, err := FromIncomingContext(ctx)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if err := tel.Write(ctx, t.Name, t.Seq, func(ctx context.Context) error { return g.Admit(ctx, t) }); err != nil {
-		if errors.Is(err, fence.ErrStaleToken) {
-			tel.Logger().WarnContext(ctx, "dlock: stale fencing token rejected", "guard", "grpc", "token", t.String(), "err", err)
-		}
+	if err := tel.Write(ctx, t, func(ctx context.Context) error { return g.Admit(ctx, t) }); err != nil {
 		var stale *fence.StaleTokenError
 		switch {
 		case errors.As(err, &stale):

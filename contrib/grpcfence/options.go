@@ -1,43 +1,27 @@
 package grpcfence
 
 import (
-	"log/slog"
-
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 // Option configures the interceptors.
-type Option func(*telemetry.Config)
+type Option func(*telemetry.Providers)
 
-// WithMeterProvider sets where the middleware counts the stale tokens it
-// answer FailedPrecondition to (dlock.fence.rejected, dlock.guard="grpc"; the guard it
-// wraps counts its own). Optional, defaults to otel.GetMeterProvider().
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *telemetry.Config) { c.MeterProvider = mp }
+// WithTelemetry sets where the stale tokens rejected here are counted
+// (dlock.fence.rejected, dlock.guard="grpc"; the guard wrapped counts its
+// own) and logged (WARN: the rejection goes to the remote client, not to a
+// caller here), and where the spans of the admissions go. Optional,
+// defaults to the global OpenTelemetry providers and no logs.
+func WithTelemetry(p telemetry.Providers) Option {
+	return func(t *telemetry.Providers) { *t = p }
 }
 
-// WithTracerProvider sets where the middleware's spans go (one per
-// admission, with the token and the result). Optional, defaults to
-// otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *telemetry.Config) { c.TracerProvider = tp }
-}
-
-// WithLogger sets the logger of rejected stale tokens (WARN: the
-// rejection goes to the remote client, not to a caller here). Optional,
-// defaults to discarding.
-func WithLogger(l *slog.Logger) Option { return func(c *telemetry.Config) { c.Logger = l } }
-
-func guardTelemetry(name string, opts []Option) *telemetry.Guarded {
-	var c telemetry.Config
+func guardTelemetry(name string, opts []Option) *telemetry.Fence {
+	var p telemetry.Providers
 	for _, o := range opts {
 		if o != nil {
-			o(&c)
+			o(&p)
 		}
 	}
-	return telemetry.NewGuard(c, name, fence.ErrStaleToken)
+	return telemetry.NewFence(name, p)
 }

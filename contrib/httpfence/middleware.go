@@ -32,11 +32,8 @@ func Middleware(g fence.Guard, opts ...Option) func(http.Handler) http.Handler {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
-			if err := tel.Write(r.Context(), tok.Name, tok.Seq, func(ctx context.Context) error { return g.Admit(ctx, tok) }); err != nil {
+			if err := tel.Write(r.Context(), tok, func(ctx context.Context) error { return g.Admit(ctx, tok) }); err != nil {
 				code, msg := rejection(tok, err)
-				if code == http.StatusConflict {
-					tel.Logger().WarnContext(r.Context(), "dlock: stale fencing token rejected", "guard", "http", "token", tok.String(), "err", err)
-				}
 				http.Error(w, msg, code)
 				return
 			}

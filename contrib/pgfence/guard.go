@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/dlock-go/dlock/internal/cleanup"
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/telemetry"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,7 +61,7 @@ type Guard struct {
 	ddl     string
 	admit   string
 	highest string
-	tel     *telemetry.Guarded
+	tel     *telemetry.Fence
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -85,7 +85,7 @@ func New(db DB, opts ...Option) (*Guard, error) {
 		ddl:     fmt.Sprintf(ddlFormat, table),
 		admit:   fmt.Sprintf(admitFormat, table),
 		highest: fmt.Sprintf(highestFormat, table),
-		tel:     telemetry.NewGuard(o.tel, "postgres", fence.ErrStaleToken),
+		tel:     telemetry.NewFence("postgres", o.tel),
 	}, nil
 }
 
@@ -170,7 +170,7 @@ func (g *Guard) Highest(ctx context.Context, name string) (uint64, error) {
 }
 
 func (g *Guard) exec(ctx context.Context, db DB, t fence.Token) error {
-	return g.tel.Write(ctx, t.Name, t.Seq, func(ctx context.Context) error { return g.admitOn(ctx, db, t) })
+	return g.tel.Write(ctx, t, func(ctx context.Context) error { return g.admitOn(ctx, db, t) })
 }
 
 func (g *Guard) admitOn(ctx context.Context, db DB, t fence.Token) error {

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 // DefaultTable is the fences table used when WithTable is not given.
@@ -18,7 +15,7 @@ type Option func(*options) error
 
 type options struct {
 	table []string // identifier parts: [table] or [schema, table]
-	tel   telemetry.Config
+	tel   telemetry.Providers
 }
 
 func defaults() options {
@@ -64,16 +61,10 @@ func validIdent(s string) error {
 	return nil
 }
 
-// WithMeterProvider sets where the guard counts the tokens it rejects
-// (dlock.fence.rejected, dlock.guard="postgres"). Optional, defaults to
-// otel.GetMeterProvider().
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) error { o.tel.MeterProvider = mp; return nil }
-}
-
-// WithTracerProvider sets where the guard's spans go (one per guarded
-// write, with the token and the result). Optional, defaults to
-// otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) error { o.tel.TracerProvider = tp; return nil }
+// WithTelemetry sets where the guard's rejected tokens are counted
+// (dlock.fence.rejected, dlock.guard="postgres") and logged (WARN), and where
+// the spans of its guarded writes go. Optional, defaults to the global
+// OpenTelemetry providers and no logs.
+func WithTelemetry(p telemetry.Providers) Option {
+	return func(o *options) error { o.tel = p; return nil }
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/telemetry"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -57,7 +57,7 @@ return {1, seq}
 type Guard struct {
 	client goredis.UniversalClient
 	prefix string
-	tel    *telemetry.Guarded
+	tel    *telemetry.Fence
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -74,7 +74,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
-	return &Guard{client: client, prefix: o.prefix, tel: telemetry.NewGuard(o.tel, "redis", fence.ErrStaleToken)}, nil
+	return &Guard{client: client, prefix: o.prefix, tel: telemetry.NewFence("redis", o.tel)}, nil
 }
 
 // Key returns the fence key that holds the mark for lock name.
@@ -89,7 +89,7 @@ func (g *Guard) Admit(ctx context.Context, t fence.Token) error {
 	if err := t.Check(); err != nil {
 		return err
 	}
-	return g.tel.Write(ctx, t.Name, t.Seq, func(ctx context.Context) error {
+	return g.tel.Write(ctx, t, func(ctx context.Context) error {
 		res, err := admitScript.Run(ctx, g.client, []string{g.Key(t.Name)}, strconv.FormatUint(t.Seq, 10)).Result()
 		return g.result(t, "admit", res, err)
 	})
@@ -117,7 +117,7 @@ func (g *Guard) Set(ctx context.Context, t fence.Token, key string, value any, e
 	if expiration > 0 && ms == 0 {
 		ms = 1 // Redis counts in milliseconds; never round down to "no expiry"
 	}
-	return g.tel.Write(ctx, t.Name, t.Seq, func(ctx context.Context) error {
+	return g.tel.Write(ctx, t, func(ctx context.Context) error {
 		res, err := setScript.Run(ctx, g.client, []string{g.Key(t.Name), key},
 			strconv.FormatUint(t.Seq, 10), value, strconv.FormatInt(ms, 10)).Result()
 		return g.result(t, "set "+strconv.Quote(key), res, err)

@@ -3,10 +3,7 @@ package redisfence
 import (
 	"fmt"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 // DefaultPrefix is the prefix of fence keys when WithPrefix is not given.
@@ -17,7 +14,7 @@ type Option func(*options) error
 
 type options struct {
 	prefix string
-	tel    telemetry.Config
+	tel    telemetry.Providers
 }
 
 func defaults() options { return options{prefix: DefaultPrefix} }
@@ -34,16 +31,10 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithMeterProvider sets where the guard counts the tokens it rejects
-// (dlock.fence.rejected, dlock.guard="redis"). Optional, defaults to
-// otel.GetMeterProvider().
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) error { o.tel.MeterProvider = mp; return nil }
-}
-
-// WithTracerProvider sets where the guard's spans go (one per guarded
-// write, with the token and the result). Optional, defaults to
-// otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) error { o.tel.TracerProvider = tp; return nil }
+// WithTelemetry sets where the guard's rejected tokens are counted
+// (dlock.fence.rejected, dlock.guard="redis") and logged (WARN), and where
+// the spans of its guarded writes go. Optional, defaults to the global
+// OpenTelemetry providers and no logs.
+func WithTelemetry(p telemetry.Providers) Option {
+	return func(o *options) error { o.tel = p; return nil }
 }

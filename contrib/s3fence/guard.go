@@ -17,7 +17,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 // The user metadata that Put writes with every object (S3 sends them as
@@ -45,7 +45,7 @@ type Guard struct {
 	client *s3.Client
 	bucket string
 	o      options
-	tel    *telemetry.Guarded
+	tel    *telemetry.Fence
 }
 
 // New returns a Guard for bucket, after checking that the store honours
@@ -68,7 +68,7 @@ func New(ctx context.Context, client *s3.Client, bucket string, opts ...Option) 
 	if _, err := verify(ctx, client, bucket, o); err != nil {
 		return nil, err
 	}
-	return &Guard{client: client, bucket: bucket, o: o, tel: telemetry.NewGuard(o.tel, "s3", fence.ErrStaleToken)}, nil
+	return &Guard{client: client, bucket: bucket, o: o, tel: telemetry.NewFence("s3", o.tel)}, nil
 }
 
 // Bucket returns the bucket the guard writes to.
@@ -109,7 +109,7 @@ func (g *Guard) Put(ctx context.Context, t fence.Token, key string, body io.Read
 	if key == "" {
 		return fmt.Errorf("%w: Put: key is empty", ErrInvalidArgument)
 	}
-	return g.tel.Write(ctx, t.Name, t.Seq, func(ctx context.Context) error {
+	return g.tel.Write(ctx, t, func(ctx context.Context) error {
 		return g.put(ctx, t, key, body)
 	})
 }

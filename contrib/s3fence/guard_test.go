@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlock-go/dlock/telemetry"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/stretchr/testify/assert"
@@ -203,7 +205,7 @@ func TestRejectionsAreCounted(t *testing.T) {
 	r := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
 	t.Cleanup(func() { _ = mp.Shutdown(ctx) })
-	g := e.guard(t, s3fence.WithMeterProvider(mp))
+	g := e.guard(t, s3fence.WithTelemetry(telemetry.Providers{MeterProvider: mp}))
 	require.NoError(t, g.Put(ctx, fence.Token{Name: "n", Seq: 7}, "k", strings.NewReader("7")))
 	require.ErrorIs(t, g.Put(ctx, fence.Token{Name: "n", Seq: 5}, "k", strings.NewReader("5")), fence.ErrStaleToken)
 	got, ok := oteltest.Point(t, r, "dlock.fence.rejected", attribute.String("dlock.guard", "s3"))

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 const (
@@ -27,7 +24,7 @@ type options struct {
 	maxAttempts    int
 	attemptTimeout time.Duration
 	probePrefix    string
-	tel            telemetry.Config
+	tel            telemetry.Providers
 }
 
 func defaults() options {
@@ -89,16 +86,10 @@ func WithProbePrefix(prefix string) Option {
 	}
 }
 
-// WithMeterProvider sets where the guard counts the tokens it rejects
-// (dlock.fence.rejected, dlock.guard="s3"). Optional, defaults to
-// otel.GetMeterProvider().
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) error { o.tel.MeterProvider = mp; return nil }
-}
-
-// WithTracerProvider sets where the guard's spans go (one per Put, with
-// the token and the result). Optional, defaults to
-// otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) error { o.tel.TracerProvider = tp; return nil }
+// WithTelemetry sets where the guard's rejected tokens are counted
+// (dlock.fence.rejected, dlock.guard="s3") and logged (WARN), and where
+// the spans of its guarded writes go. Optional, defaults to the global
+// OpenTelemetry providers and no logs.
+func WithTelemetry(p telemetry.Providers) Option {
+	return func(o *options) error { o.tel = p; return nil }
 }

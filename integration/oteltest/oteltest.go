@@ -11,7 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/obs"
 )
 
 // Point returns the value (a histogram's count) of the data point of
@@ -23,7 +23,7 @@ func Point(t testing.TB, r *sdkmetric.ManualReader, name string, attrs ...attrib
 	require.NoError(t, r.Collect(context.Background(), &rm))
 	want := attribute.NewSet(attrs...)
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != telemetry.Scope {
+		if sm.Scope.Name != obs.Scope {
 			continue
 		}
 		for _, mt := range sm.Metrics {

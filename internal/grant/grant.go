@@ -12,8 +12,8 @@ import (
 	"reflect"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/queue"
-	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // Errors are a package's sentinels for the queue's causes.
@@ -77,7 +77,7 @@ type Path struct {
 	// Current returns the session for the next acquire (see Sessions).
 	Current func(context.Context) (queue.Session, error)
 	Name    string
-	Tel     *telemetry.T
+	Tel     *obs.T
 	Errs    *Errors
 	// Term makes a grant a leadership term: it moves the leader gauge, not
 	// the held counter.
@@ -97,7 +97,7 @@ func (p *Path) Acquire(ctx context.Context, q *queue.Queue, op, val string, try 
 	}
 	if err != nil {
 		err = p.Errs.Op(p.Name, op, false, q.Denied(err))
-		a.Failed(telemetry.OutcomeOf(ctx, err, p.Errs.Locked), err)
+		a.Failed(obs.OutcomeOf(ctx, err, p.Errs.Locked), err)
 		return nil, err
 	}
 	seq := uint64(h.Rev())
@@ -126,9 +126,9 @@ func (p *Path) Acquire(ctx context.Context, q *queue.Queue, op, val string, try 
 func lossKind(cause error) string {
 	switch {
 	case errors.Is(cause, queue.ErrSessionEnded):
-		return telemetry.LostSession
+		return obs.LostSession
 	case errors.Is(cause, queue.ErrEntryGone):
-		return telemetry.LostDeleted
+		return obs.LostDeleted
 	}
 	return ""
 }

@@ -1,9 +1,9 @@
-// Package telemetry is dlock's one place for metrics, traces and logs:
+// Package obs is dlock's one place for metrics, traces and logs:
 // the OpenTelemetry instruments named in DESIGN.md ("Metrics"), from the
 // meter "github.com/dlock-go/dlock", spans per acquire and per guarded
 // write, and the slog logger. Every backend records through a *T, made
 // once per owner; the package keeps no state of its own.
-package telemetry
+package obs
 
 import (
 	"context"
@@ -300,6 +300,7 @@ func (g *Guarded) Write(ctx context.Context, name string, seq uint64, fn func(co
 	case errors.Is(err, g.stale):
 		result = "rejected"
 		g.Rejected(ctx)
+		g.log.WarnContext(ctx, "dlock: stale fencing token rejected", "guard", g.guard.Value.AsString(), "lock", name, "token", seq, "err", err)
 	case err != nil:
 		result = "error"
 	}
