@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -188,8 +189,11 @@ func (c Config) Validate() error {
 	switch {
 	case err != nil:
 	case c.Backend == BackendEtcd:
-		if err = session.ValidateOptions(c.sessionOptions()...); err == nil {
-			err = lock.ValidateOptions(c.lockOptions()...)
+		// The constructors Open and Locker call check their options and do
+		// no I/O: given a client that is never dialled, they only check.
+		var mgr *session.Manager
+		if mgr, err = session.NewManager(new(clientv3.Client), c.sessionOptions()...); err == nil {
+			_, err = lock.New(mgr, "validate", c.lockOptions()...)
 		}
 	case c.Backend == BackendRedis:
 		err = redis.ValidateOptions(c.redisOptions()...)

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/session"
 )
@@ -52,7 +53,7 @@ func failoverOurs(b *testing.B, c *etcdtest.Cluster, cli *clientv3.Client, name 
 		b.Fatal(err)
 	}
 	standby := newElection(b, etcdtest.Session(b, cli, session.WithTTL(benchTTL)), name)
-	w := etcdtest.WatchPuts(b, cli, standby.Prefix())
+	w := etcdtest.WatchPuts(b, cli, election.PrefixOf(standby))
 	ch := campaignAsync(ctx, standby, "standby")
 	etcdtest.WaitPuts(b, w, 1)
 

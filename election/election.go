@@ -22,9 +22,6 @@ type Leader struct {
 	Epoch uint64 // the leader's fence.Token Seq: its key's create revision
 }
 
-// IsZero reports whether l is the zero Leader ("no leader").
-func (l Leader) IsZero() bool { return l == Leader{} }
-
 // Election is a named election: a handle to campaign in (Campaign) and to
 // watch (Leader, Observe). It is safe for concurrent use; every Campaign
 // call is an independent candidate with its own key.
@@ -71,11 +68,6 @@ func validateName(name string) error {
 	}
 	return nil
 }
-
-// Prefix returns the etcd key prefix of the election's candidates:
-// "<prefix>/<name>/" with each "/" in the name written "%2F" (see
-// lock.Mutex.Prefix).
-func (el *Election) Prefix() string { return el.q.Prefix() }
 
 // Campaign puts a candidate key holding value, bound to the session's
 // lease, and waits in create-revision order until it is the first key: then

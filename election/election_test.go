@@ -61,7 +61,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 	assert.ErrorIs(t, term.Proclaim(ctx, "late"), election.ErrResigned)
 	_, err = el.Leader(ctx)
 	assert.ErrorIs(t, err, election.ErrNoLeader)
-	assert.Zero(t, etcdtest.KeyCount(t, cli, el.Prefix()))
+	assert.Zero(t, etcdtest.KeyCount(t, cli, election.PrefixOf(el)))
 
 	txn, err = cli.Txn(ctx).If(term.IsLeader()).Then(clientv3.OpPut("guarded", "y")).Commit()
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func TestFailoverThreeCandidates(t *testing.T) {
 	require.NoError(t, err)
 	expect(election.Leader{Value: "a", Epoch: a.Epoch()})
 
-	w := etcdtest.WatchPuts(t, cli, els[0].Prefix())
+	w := etcdtest.WatchPuts(t, cli, election.PrefixOf(els[0]))
 	chB := campaignAsync(ctx, els[1], "b")
 	etcdtest.WaitPuts(t, w, 1) // b is queued before c
 	chC := campaignAsync(ctx, els[2], "c")
@@ -171,7 +171,7 @@ func TestCutOffLeaderStepsDownFirst(t *testing.T) {
 	oldDone := old.Done()
 
 	standby := newElection(t, etcdtest.Session(t, cli, session.WithTTL(ttl)), "cutoff")
-	w := etcdtest.WatchPuts(t, cli, standby.Prefix())
+	w := etcdtest.WatchPuts(t, cli, election.PrefixOf(standby))
 	ch := campaignAsync(ctx, standby, "new")
 	etcdtest.WaitPuts(t, w, 1)
 
@@ -204,7 +204,7 @@ func TestProclaimResignAfterLossAreGuarded(t *testing.T) {
 	old, err := newElection(t, ls, "guarded").Campaign(ctx, "old")
 	require.NoError(t, err)
 	standby := newElection(t, etcdtest.Session(t, cli), "guarded")
-	w := etcdtest.WatchPuts(t, cli, standby.Prefix())
+	w := etcdtest.WatchPuts(t, cli, election.PrefixOf(standby))
 	ch := campaignAsync(ctx, standby, "new")
 	etcdtest.WaitPuts(t, w, 1)
 
@@ -250,22 +250,22 @@ func TestCampaignCancelledDeletesKey(t *testing.T) {
 	require.NoError(t, err)
 	el := newElection(t, etcdtest.Session(t, cli), "cancel")
 
-	w := etcdtest.WatchPuts(t, cli, el.Prefix())
+	w := etcdtest.WatchPuts(t, cli, election.PrefixOf(el))
 	cctx, cancel := context.WithCancel(ctx)
 	ch := campaignAsync(cctx, el, "w")
 	etcdtest.WaitPuts(t, w, 1)
-	assert.Equal(t, int64(2), etcdtest.KeyCount(t, cli, el.Prefix()))
+	assert.Equal(t, int64(2), etcdtest.KeyCount(t, cli, election.PrefixOf(el)))
 	cancel()
 	r := result(t, ctx, ch)
 	require.ErrorIs(t, r.err, context.Canceled)
 	assert.Nil(t, r.term)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, el.Prefix()), "a cancelled Campaign deletes its key")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, election.PrefixOf(el)), "a cancelled Campaign deletes its key")
 
 	dctx, dcancel := context.WithDeadline(ctx, time.Now())
 	defer dcancel()
 	_, err = el.Campaign(dctx, "late")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, el.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, election.PrefixOf(el)))
 	require.NoError(t, holder.Resign(ctx))
 }
 
@@ -280,7 +280,7 @@ func TestCampaignSessionEnds(t *testing.T) {
 	s := etcdtest.Session(t, cli)
 	el := newElection(t, s, "sess")
 
-	w := etcdtest.WatchPuts(t, cli, el.Prefix())
+	w := etcdtest.WatchPuts(t, cli, election.PrefixOf(el))
 	ch := campaignAsync(ctx, el, "w")
 	etcdtest.WaitPuts(t, w, 1)
 	require.NoError(t, s.Close(ctx))
@@ -291,7 +291,7 @@ func TestCampaignSessionEnds(t *testing.T) {
 
 	_, err = el.Campaign(ctx, "again")
 	assert.ErrorIs(t, err, election.ErrSessionDone, "Campaign on an ended session")
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, el.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, election.PrefixOf(el)))
 	require.NoError(t, holder.Resign(ctx))
 }
 
@@ -305,7 +305,7 @@ func TestCampaignKeyDeletedWhileWaiting(t *testing.T) {
 	require.NoError(t, err)
 	el := newElection(t, etcdtest.Session(t, cli), "gone")
 
-	w := etcdtest.WatchPuts(t, cli, el.Prefix())
+	w := etcdtest.WatchPuts(t, cli, election.PrefixOf(el))
 	ch := campaignAsync(ctx, el, "w")
 	kv := nextPut(t, w)
 	_, err = cli.Delete(ctx, string(kv.Key))
@@ -328,7 +328,7 @@ func TestSameSessionCandidatesExclude(t *testing.T) {
 	el1, el2 := newElection(t, s, "same"), newElection(t, s, "same")
 	t1, err := el1.Campaign(ctx, "one")
 	require.NoError(t, err)
-	w := etcdtest.WatchPuts(t, cli, el1.Prefix())
+	w := etcdtest.WatchPuts(t, cli, election.PrefixOf(el1))
 	ch := campaignAsync(ctx, el2, "two")
 	etcdtest.WaitPuts(t, w, 1)
 	l, err := el2.Leader(ctx)
@@ -368,7 +368,7 @@ func TestBadInput(t *testing.T) {
 
 	el, err := election.New(s, "jobs/v2.nightly", election.WithPrefix("custom"))
 	require.NoError(t, err)
-	assert.Equal(t, "custom/jobs%2Fv2.nightly/", el.Prefix())
+	assert.Equal(t, "custom/jobs%2Fv2.nightly/", election.PrefixOf(el))
 }
 
 // Nested names are separate elections (see lock's TestNestedNamesAreIndependent).

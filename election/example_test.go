@@ -74,7 +74,7 @@ func ExampleElection_Observe() {
 		log.Fatal(err)
 	}
 	for l := range el.Observe(ctx) { // closed when ctx ends
-		if l.IsZero() {
+		if (l == election.Leader{}) {
 			fmt.Println("no leader")
 			continue
 		}

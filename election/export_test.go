@@ -13,3 +13,6 @@ func (c *Config) Validate() error {
 	_, err := c.validate()
 	return err
 }
+
+// PrefixOf returns the etcd key prefix of the election's candidates.
+func PrefixOf(el *Election) string { return el.q.Prefix() }

@@ -65,7 +65,7 @@ func TestObserveAcrossCompaction(t *testing.T) {
 	got := receiveUntil(t, ctx, ch, want)
 	assert.GreaterOrEqual(t, reads.Load(), int32(2), "the compacted watch must have been re-read")
 	for _, l := range got[:len(got)-1] {
-		assert.True(t, l.IsZero(), "before the final state only the initial 'no leader' may show: %v", l)
+		assert.True(t, (l == election.Leader{}), "before the final state only the initial 'no leader' may show: %v", l)
 	}
 	l, err := obs.Leader(ctx)
 	require.NoError(t, err)

@@ -134,7 +134,7 @@ func TestRunRecampaign(t *testing.T) {
 	assert.Equal(t, 2, stops, "OnStoppedLeading after every OnElected")
 	assert.Contains(t, leaders, election.Leader{Value: "me", Epoch: second.Epoch()})
 	for i := 1; i < len(leaders); i++ {
-		if !leaders[i].IsZero() {
+		if leaders[i] != (election.Leader{}) {
 			assert.GreaterOrEqual(t, leaders[i].Epoch, leaders[i-1].Epoch, "OnNewLeader never goes back")
 		}
 	}
@@ -241,7 +241,7 @@ func TestRunNeverElectedStillStops(t *testing.T) {
 	require.NoError(t, err)
 	defer leader.Resign(ctx)
 
-	w := etcdtest.WatchPuts(t, cli, el.Prefix())
+	w := etcdtest.WatchPuts(t, cli, election.PrefixOf(el))
 	rctx, cancel := context.WithCancel(ctx)
 	stops := make(chan struct{}, 2)
 	errc := runAsync(rctx, election.Config{

@@ -121,7 +121,7 @@ func TestLockAllCancelLeavesNoKey(t *testing.T) {
 			}
 			err := <-errc
 			require.ErrorIs(t, err, tc.want)
-			assert.Contains(t, err.Error(), "ls[0] ("+b.LockKey()+")", "the error names the lock waited for")
+			assert.Contains(t, err.Error(), "ls[0] (etcd:"+b.Prefix()+")", "the error names the lock waited for")
 			assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, a.Prefix()), "a's key left behind")
 			assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, b.Prefix()), "only the holder's key of b")
 			ha, err := newMutex(t, etcdtest.Session(t, cli), "cancel/a").TryLock(ctx)

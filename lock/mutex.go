@@ -85,8 +85,8 @@ func newLock(src session.Source, name string, opts []Option) (base, options, err
 // not range over the keys of "a/b".
 func (m *Mutex) Prefix() string { return m.q.Prefix() }
 
-// LockKey returns "etcd:" and Prefix: the lock's place in LockAll's order.
-func (m *Mutex) LockKey() string { return "etcd:" + m.Prefix() }
+// lockKey returns "etcd:" and Prefix: the lock's place in LockAll's order.
+func (m *Mutex) lockKey() string { return "etcd:" + m.Prefix() }
 
 // Capabilities reports the etcd Mutex's guarantees.
 func (m *Mutex) Capabilities() Capabilities {

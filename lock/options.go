@@ -41,14 +41,6 @@ func defaultOwner() string {
 	return string(b[:min(len(b), names.MaxOwnerLen)])
 }
 
-// ValidateOptions reports whether New (and the other constructors of this
-// package) would accept opts, without I/O: errors match ErrInvalidOption
-// and name the option.
-func ValidateOptions(opts ...Option) error {
-	_, err := buildOptions(opts)
-	return err
-}
-
 // buildOptions applies opts to the defaults and validates the result:
 // errors match ErrInvalidOption and name the option.
 func buildOptions(opts []Option) (options, error) {

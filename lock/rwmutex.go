@@ -48,13 +48,9 @@ func NewRWMutex(src session.Source, name string, opts ...Option) (*RWMutex, erro
 	}, nil
 }
 
-// Prefix returns the etcd key prefix of the lock's queue (see
-// Mutex.Prefix); readers' keys are under Prefix()+"r/".
-func (rw *RWMutex) Prefix() string { return rw.writer.Prefix() }
-
-// LockKey returns "etcd:" and Prefix, a Mutex's of the same name: the
+// lockKey returns "etcd:" and the queue's prefix, a Mutex's of the same name: the
 // lock's place in LockAll's order, which takes the exclusive side.
-func (rw *RWMutex) LockKey() string { return "etcd:" + rw.Prefix() }
+func (rw *RWMutex) lockKey() string { return "etcd:" + rw.writer.Prefix() }
 
 // Capabilities reports the guarantees of the exclusive side (Lock), which
 // are a Mutex's.

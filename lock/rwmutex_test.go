@@ -36,7 +36,7 @@ func TestRWWriterReleaseGrantsReaderRun(t *testing.T) {
 
 	w0, err := newRWMutex(t, etcdtest.Session(t, cli), "run").Lock(ctx)
 	require.NoError(t, err)
-	prefix := newRWMutex(t, etcdtest.Session(t, cli), "run").Prefix()
+	prefix := lock.RWPrefix(newRWMutex(t, etcdtest.Session(t, cli), "run"))
 	w := etcdtest.WatchPuts(t, cli, prefix)
 
 	type grant struct {
@@ -102,7 +102,7 @@ func TestRWCancelLeavesNoKey(t *testing.T) {
 	rw := newRWMutex(t, etcdtest.Session(t, cli), "cancel")
 	h, err := rw.Lock(ctx)
 	require.NoError(t, err)
-	w := etcdtest.WatchPuts(t, cli, rw.Prefix())
+	w := etcdtest.WatchPuts(t, cli, lock.RWPrefix(rw))
 	for _, acquire := range []func(*lock.RWMutex, context.Context) (lock.Held, error){(*lock.RWMutex).RLock, (*lock.RWMutex).Lock} {
 		wctx, cancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)
@@ -111,15 +111,15 @@ func TestRWCancelLeavesNoKey(t *testing.T) {
 		etcdtest.WaitPuts(t, w, 1)
 		cancel()
 		require.ErrorIs(t, <-errc, context.Canceled)
-		assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, rw.Prefix()))
+		assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.RWPrefix(rw)))
 	}
 	_, err = rw.TryRLock(ctx)
 	assert.ErrorIs(t, err, lock.ErrLocked)
 	_, err = rw.TryLock(ctx)
 	assert.ErrorIs(t, err, lock.ErrLocked)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, rw.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.RWPrefix(rw)))
 	require.NoError(t, h.Unlock(ctx))
-	assert.Zero(t, etcdtest.KeyCount(t, cli, rw.Prefix()))
+	assert.Zero(t, etcdtest.KeyCount(t, cli, lock.RWPrefix(rw)))
 
 	// A Mutex of the name acts as one more writer.
 	r, err := rw.RLock(ctx)

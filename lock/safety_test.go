@@ -354,7 +354,8 @@ func TestBadInput(t *testing.T) {
 		assert.ErrorIs(t, err, lock.ErrInvalidOption, "owner %q", owner)
 		assert.ErrorContains(t, err, "owner", "owner %q", owner)
 	}
-	assert.NoError(t, lock.ValidateOptions(lock.WithOwner(lock.DefaultOwner())))
+	_, err = lock.New(s, "x", lock.WithOwner(lock.DefaultOwner()))
+	assert.NoError(t, err, "the default owner is a valid owner")
 }
 
 // IsOwner makes an etcd write conditional on holding the lock.

@@ -50,10 +50,6 @@ func NewSemaphore(src session.Source, name string, permits int, opts ...Option) 
 	return &Semaphore{base: b, permits: permits, q: queue.New(src.Client(), o.prefix, name, queue.Shared(permits))}, nil
 }
 
-// Prefix returns the etcd key prefix of the semaphore's queue (see
-// Mutex.Prefix).
-func (s *Semaphore) Prefix() string { return s.q.Prefix() }
-
 // Capabilities reports the semaphore's guarantees: not exclusive (up to
 // Permits grants at once), FIFO, tokens ordered by grant, session
 // liveness, surviving the loss of an etcd minority.

@@ -91,9 +91,9 @@ func TestSemaphoreFIFOAndHerd(t *testing.T) {
 	sem := newSemaphore(t, etcdtest.Session(t, cli), "fifo", permits)
 	_, err := sem.TryAcquire(ctx)
 	require.ErrorIs(t, err, lock.ErrLocked, "every permit is taken")
-	assert.Equal(t, int64(permits), etcdtest.KeyCount(t, cli, sem.Prefix()), "a refused TryAcquire leaves no key")
+	assert.Equal(t, int64(permits), etcdtest.KeyCount(t, cli, lock.SemaphorePrefix(sem)), "a refused TryAcquire leaves no key")
 
-	w := etcdtest.WatchPuts(t, cli, sem.Prefix())
+	w := etcdtest.WatchPuts(t, cli, lock.SemaphorePrefix(sem))
 	granted := make(chan int)
 	release := make(chan struct{})
 	var wg sync.WaitGroup
@@ -156,7 +156,7 @@ func TestSemaphoreFIFOAndHerd(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8}, order, "FIFO")
-	assert.Zero(t, etcdtest.KeyCount(t, cli, sem.Prefix()))
+	assert.Zero(t, etcdtest.KeyCount(t, cli, lock.SemaphorePrefix(sem)))
 }
 
 // A cancelled or failed Acquire leaves no key; clients that disagree on
@@ -170,14 +170,14 @@ func TestSemaphoreCancelMismatchBadInput(t *testing.T) {
 	h, err := sem.Acquire(ctx)
 	require.NoError(t, err)
 
-	w := etcdtest.WatchPuts(t, cli, sem.Prefix())
+	w := etcdtest.WatchPuts(t, cli, lock.SemaphorePrefix(sem))
 	wctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { _, err := newSemaphore(t, etcdtest.Session(t, cli), "one", 1).Acquire(wctx); errc <- err }()
 	etcdtest.WaitPuts(t, w, 1)
 	cancel()
 	require.ErrorIs(t, <-errc, context.Canceled)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, sem.Prefix()), "the cancelled Acquire left its key")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.SemaphorePrefix(sem)), "the cancelled Acquire left its key")
 
 	for _, other := range []*lock.Semaphore{newSemaphore(t, s, "one", 2)} {
 		_, err := other.Acquire(ctx)
@@ -186,7 +186,7 @@ func TestSemaphoreCancelMismatchBadInput(t *testing.T) {
 		_, err = other.TryAcquire(ctx)
 		assert.ErrorIs(t, err, lock.ErrPermitsMismatch)
 	}
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, sem.Prefix()), "a refused Acquire left its key")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.SemaphorePrefix(sem)), "a refused Acquire left its key")
 	require.NoError(t, h.Unlock(ctx))
 
 	m, err := newMutex(t, s, "mutex").Lock(ctx)
@@ -206,7 +206,7 @@ func TestSemaphoreCancelMismatchBadInput(t *testing.T) {
 	_, err = lock.NewSemaphore(nil, "x", 1)
 	assert.ErrorIs(t, err, lock.ErrInvalidOption)
 	assert.False(t, sem.Capabilities().Exclusive)
-	resp, err := cli.Get(ctx, sem.Prefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := cli.Get(ctx, lock.SemaphorePrefix(sem), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
 	assert.Zero(t, resp.Count)
 }
@@ -232,7 +232,7 @@ func TestInspectionLayout(t *testing.T) {
 	h, err := sem.Acquire(ctx)
 	require.NoError(t, err)
 	key := h.(*lock.Grant).Key()
-	assert.True(t, strings.HasPrefix(key, sem.Prefix()), key)
+	assert.True(t, strings.HasPrefix(key, lock.SemaphorePrefix(sem)), key)
 	assert.Equal(t, "permits=3 worker-7", string(value(key)), "the layout dlock inspect reads")
 	require.NoError(t, h.Unlock(ctx))
 
@@ -240,16 +240,16 @@ func TestInspectionLayout(t *testing.T) {
 	require.NoError(t, err)
 	r, err := rw.RLock(ctx)
 	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(r.(*lock.Grant).Key(), rw.Prefix()+"r/"), "readers' keys are under Prefix()+\"r/\"")
+	assert.True(t, strings.HasPrefix(r.(*lock.Grant).Key(), lock.RWPrefix(rw)+"r/"), "readers' keys are under Prefix()+\"r/\"")
 	assert.Equal(t, "reader-1", string(value(r.(*lock.Grant).Key())), "a reader's value is its owner alone")
 	require.NoError(t, r.Unlock(ctx))
 	w, err := rw.Lock(ctx)
 	require.NoError(t, err)
 	wkey := w.(*lock.Grant).Key()
-	assert.True(t, strings.HasPrefix(wkey, rw.Prefix()) && !strings.HasPrefix(wkey, (rw.Prefix()+"r/")), wkey)
+	assert.True(t, strings.HasPrefix(wkey, lock.RWPrefix(rw)) && !strings.HasPrefix(wkey, (lock.RWPrefix(rw)+"r/")), wkey)
 	require.NoError(t, w.Unlock(ctx))
 	m, err := lock.New(s, "rw")
 	require.NoError(t, err)
-	assert.Equal(t, rw.Prefix(), m.Prefix(), "a Mutex of the name is one more writer")
+	assert.Equal(t, lock.RWPrefix(rw), m.Prefix(), "a Mutex of the name is one more writer")
 
 }

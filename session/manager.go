@@ -178,7 +178,7 @@ func (m *Manager) start(ctx context.Context, wait time.Duration) (*Session, erro
 		m.log.WarnContext(ctx, "dlock: session: start failed", "err", err)
 		return nil, err
 	}
-	m.log.InfoContext(ctx, "dlock: session started", "lease", fmt.Sprintf("%016x", int64(s.Lease())), "ttl", s.TTL())
+	m.log.InfoContext(ctx, "dlock: session started", "lease", fmt.Sprintf("%016x", int64(s.Lease())), "ttl", s.opts.ttl)
 	return s, nil
 }
 

@@ -136,5 +136,4 @@ func TestManagerUnreachable(t *testing.T) {
 	assert.ErrorIs(t, err, session.ErrInvalidOption)
 	_, err = session.NewManager(cli, nil)
 	assert.ErrorIs(t, err, session.ErrInvalidOption, "a nil option")
-	assert.NoError(t, session.ValidateOptions(session.WithTTL(5*time.Second)))
 }

@@ -34,14 +34,6 @@ func defaults() options {
 	return options{ttl: DefaultTTL, margin: -1}
 }
 
-// ValidateOptions reports whether New would accept opts, without I/O:
-// errors match ErrInvalidOption and name the option. Use it to check a
-// configuration at startup.
-func ValidateOptions(opts ...Option) error {
-	_, err := build(opts)
-	return err
-}
-
 // build applies opts to the defaults and validates the result.
 func build(opts []Option) (options, error) {
 	o := defaults()
@@ -68,12 +60,12 @@ func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.t
 func WithHeartbeat(d time.Duration) Option { return func(o *options) { o.heartbeat = d } }
 
 // WithSafetyMargin sets how long before the server could expire the lease the
-// session's local deadline fires. Optional, defaults to DefaultMargin(ttl).
+// session's local deadline fires. Optional, defaults to TTL/5, at least 500ms and at most 2s.
 // It must be ≥ 0 and < TTL − heartbeat, so that a healthy session renews
 // before its deadline.
 func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
 
-// DefaultMargin returns the default safety margin for ttl: ttl/5, but at
+// defaultMargin returns the default safety margin for ttl: ttl/5, but at
 // least 500ms and at most 2s. The margin has to cover what separates the
 // server's expiry clock from ours: the one-way delay of the acknowledged
 // keepalive (counted from its send time, so already covered), clock rate
@@ -81,7 +73,7 @@ func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.marg
 // host: 10ms on 10s), and the lag of etcd's lessor, which may expire a lease
 // up to ~500ms late but never early. 2s also absorbs a stop-the-world pause
 // of the holder of that length between checking Done and acting.
-func DefaultMargin(ttl time.Duration) time.Duration {
+func defaultMargin(ttl time.Duration) time.Duration {
 	m := ttl / 5
 	if m < 500*time.Millisecond {
 		m = 500 * time.Millisecond
@@ -106,7 +98,7 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: safety margin %v must not be negative", ErrInvalidOption, o.margin)
 	}
 	if o.margin == -1 {
-		o.margin = DefaultMargin(o.ttl)
+		o.margin = defaultMargin(o.ttl)
 	}
 	if o.heartbeat < 0 {
 		return fmt.Errorf("%w: heartbeat %v must be positive", ErrInvalidOption, o.heartbeat)

@@ -98,9 +98,6 @@ func (s *Session) Client() *clientv3.Client { return s.cli }
 // Lease returns the session's lease ID.
 func (s *Session) Lease() clientv3.LeaseID { return s.id }
 
-// TTL returns the lease TTL.
-func (s *Session) TTL() time.Duration { return s.opts.ttl }
-
 // Deadline returns the current local deadline: the moment Done will close
 // unless another keepalive is acknowledged first.
 func (s *Session) Deadline() time.Time {
@@ -149,10 +146,6 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Context returns a context that is cancelled, with Err as its cause, when
-// Done closes. Use it to bound work that must stop with the session.
-func (s *Session) Context() context.Context { return s.ctx }
 
 // Attachment is state that lives and dies with one session: the
 // lease-bound bookkeeping of the etcd locks and elections built on it (the

@@ -24,7 +24,6 @@ type Session interface {
 	// Err says why the session ended (matching the session's ErrExpired,
 	// ErrLeaseGone or ErrClosed), once Done is closed.
 	Err() error
-	Context() context.Context
 	Attach(key any, mk func() Attachment) Attachment
 }
 
@@ -210,7 +209,7 @@ var errBound = errors.New("session ended")
 // when s ends. Call cancel when done.
 func bind(ctx context.Context, s Session) (context.Context, context.CancelFunc) {
 	bctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(s.Context(), func() { cancel(errBound) })
+	stop := context.AfterFunc(stateOf(s).ctx, func() { cancel(errBound) })
 	return bctx, func() { stop(); cancel(nil) }
 }
 

@@ -37,6 +37,9 @@ type state struct {
 	holdMu sync.Mutex
 	holds  map[*Hold]bool // live holds → whether to check its key at each heartbeat (its Done was called)
 	ended  error          // the session's end, once End ran
+
+	ctx    context.Context // cancelled, with the session's cause, when it ends
+	cancel context.CancelCauseFunc
 }
 
 // epoch is the session's epoch for one queue: the mod revision its
@@ -52,7 +55,11 @@ type stateKey struct{}
 // stateOf returns s's state, attaching it on first use.
 func stateOf(s Session) *state {
 	return s.Attach(stateKey{}, func() Attachment {
-		return &state{lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client(), kv: retry.NewKV(s.Client())}
+		ctx, cancel := context.WithCancelCause(context.Background())
+		return &state{
+			lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client(), kv: retry.NewKV(s.Client()),
+			ctx: ctx, cancel: cancel,
+		}
 	}).(*state)
 }
 
@@ -61,8 +68,9 @@ func stateOf(s Session) *state {
 func (st *state) Heartbeat(ctx context.Context) { st.check(ctx) }
 
 // End is the session's call when it ends: every live hold ends, with the
-// session's cause.
+// session's cause, and the state's context is cancelled.
 func (st *state) End(err error) {
+	defer st.cancel(err)
 	st.holdMu.Lock()
 	st.ended = err
 	holds := st.holds

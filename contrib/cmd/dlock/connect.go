@@ -190,23 +190,13 @@ func explained(err error) bool {
 
 // etcdLockOptions returns the lock options under which an etcd Semaphore
 // or RWMutex of name shares the queue of l, the Client's Locker of name:
-// the Client keeps its locks under "<prefix>/lock" (see Client.Locker). The
-// queue prefixes are compared, so that a change of that layout fails here
-// instead of putting the two in different queues.
+// the Client keeps its locks under "<prefix>/lock" (see Client.Locker;
+// TestClientLayout pins it).
 func etcdLockOptions(client *dlock.Client, name string, l lock.Locker) ([]lock.Option, error) {
-	m, ok := l.(*lock.Mutex)
-	if !ok || client.Source() == nil {
+	if _, ok := l.(*lock.Mutex); !ok || client.Source() == nil {
 		return nil, fmt.Errorf("lock %q: a %T has no etcd queue", name, l)
 	}
-	opts := []lock.Option{lock.WithPrefix(client.Config().Prefix + "/lock")}
-	rw, err := lock.NewRWMutex(client.Source(), name, opts...)
-	if err != nil {
-		return nil, err
-	}
-	if rw.Prefix() != m.Prefix() {
-		return nil, fmt.Errorf("lock %q: internal error: the Client's locks live under %s, not %s", name, m.Prefix(), rw.Prefix())
-	}
-	return opts, nil
+	return []lock.Option{lock.WithPrefix(client.Config().Prefix + "/lock")}, nil
 }
 
 // isSet reports whether the flag called name was given on the command line.

@@ -102,7 +102,7 @@ func campaign(ctx context.Context, e *env, el *election.Election, name, value st
 
 func observeElection(ctx context.Context, e *env, el *election.Election) error {
 	for l := range el.Observe(ctx) {
-		if l.IsZero() {
+		if l == (election.Leader{}) {
 			fmt.Fprintf(e.stdout, "%s  no leader\n", time.Now().Format(time.TimeOnly))
 			continue
 		}

@@ -164,30 +164,23 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	return show(res)
 }
 
-// queueKeysOf returns where the queue of the lock (or election) name is,
-// from the Client's own Mutex (Election) and an RWMutex on the same queue,
-// so that the key layout lives in one place.
+// queueKeysOf returns where the queue of the lock (or election) name is:
+// a Mutex's prefix, which the Client's Locker of name, an RWMutex or a
+// Semaphore of name share (readers' keys under "r/" in it); an election's
+// queue has the same layout under "<prefix>/election" (see Client.Election).
 func queueKeysOf(client *dlock.Client, name string, isElection bool) (queueKeys, error) {
+	root := client.Config().Prefix + "/lock"
 	if isElection {
-		el, err := client.Election(name)
-		if err != nil {
-			return queueKeys{}, err
-		}
-		return queueKeys{prefix: el.Prefix()}, nil
+		root = client.Config().Prefix + "/election"
 	}
-	l, err := client.Locker(name)
+	m, err := lock.New(client.Source(), name, lock.WithPrefix(root))
 	if err != nil {
 		return queueKeys{}, err
 	}
-	opts, err := etcdLockOptions(client, name, l)
-	if err != nil {
-		return queueKeys{}, err
+	if isElection {
+		return queueKeys{prefix: m.Prefix()}, nil
 	}
-	rw, err := lock.NewRWMutex(client.Source(), name, opts...)
-	if err != nil {
-		return queueKeys{}, err
-	}
-	return queueKeys{prefix: rw.Prefix(), readerPrefix: rw.Prefix() + "r/"}, nil
+	return queueKeys{prefix: m.Prefix(), readerPrefix: m.Prefix() + "r/"}, nil
 }
 
 // inspector reads one queue.
