@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/integration/etcdproc"
+	"github.com/dlock-go/dlock/integration/etcdtest"
 )
 
 // rideBound is how long after a new leader is elected an operation started
@@ -28,7 +28,7 @@ const rideBound = 2500 * time.Millisecond
 // its deadline (Open: "grant lease: context deadline exceeded", blaming
 // the dead member's address).
 func TestRidesOutLeaderElection(t *testing.T) {
-	c := etcdproc.New(t, 3)
+	c := etcdtest.New(t, etcdtest.WithMembers(3), etcdtest.WithFsync(), etcdtest.WithElection(100*time.Millisecond, time.Second))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cfg := dlock.Config{Backend: dlock.BackendEtcd, Endpoints: c.HostPorts(), Prefix: "ride"}
@@ -105,7 +105,7 @@ func TestRidesOutLeaderElection(t *testing.T) {
 // and says that the cluster has no majority, naming the members that do
 // not answer, instead of blaming the first endpoint alone.
 func TestOpenWithoutQuorumSaysWhy(t *testing.T) {
-	c := etcdproc.New(t, 3)
+	c := etcdtest.New(t, etcdtest.WithMembers(3), etcdtest.WithFsync(), etcdtest.WithElection(100*time.Millisecond, time.Second))
 	ms := c.Members()
 	ms[0].Kill(t)
 	ms[1].Kill(t)

@@ -1,21 +1,30 @@
-// Package etcdtest starts etcd embedded in the test process, for dlock's
-// tests and for users' own: one call, one or three members on free loopback
-// ports, data in a temporary directory, fast election settings, everything
-// stopped by t.Cleanup. A fault proxy can sit between one client and the
-// cluster, to cut that client off (blackhole), pause or delay it.
+// Package etcdtest runs etcd for tests, dlock's and users' own: one call,
+// one or three members as real processes on free loopback ports, data in
+// a temporary directory, fast election settings, everything stopped by
+// t.Cleanup (and by the kernel if the test process dies). A member can be
+// crashed (SIGKILL: no hand-over of leadership), paused (SIGSTOP), stopped
+// gracefully and restarted with its data; a fault proxy can sit between
+// one client and the cluster, to cut that client off (blackhole) or delay
+// it.
 //
 //	c := etcdtest.New(t)                 // one member
 //	cli := c.Client(t)                   // closed at cleanup
 //	cli, p := c.ProxiedClient(t)         // through a fault proxy
 //	p.Blackhole()                        // the client hears nothing now
+//	c.Leader(t).Kill(t)                  // a crash
+//
+// The binary is etcd's own server main (etcdmain), built by Binary.
 //
 // # Caveats
 //
-//   - The embedded members run in the test process: a SIGSTOP of the test
-//     stops them too. Pause a holder by running it in a child process.
-//   - Election settings are fast (TickMs 50, ElectionMs 500): a loaded
-//     machine may see extra leader elections, which the code under test must
-//     tolerate anyway.
+//   - Binary builds etcd from this repository's integration/containers
+//     module on first use (a minute on a fresh machine; the go build cache
+//     keeps it); set DLOCK_ETCD to the path of an etcd binary to skip that.
+//   - Members run with --unsafe-no-fsync (tests do not survive power
+//     loss) unless WithFsync is given.
+//   - Election settings are fast (heartbeat 50ms, election 500ms): a loaded
+//     machine may see extra leader elections, which the code under test
+//     must tolerate anyway.
 package etcdtest
 
 import (
@@ -24,8 +33,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,27 +43,26 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/pkg/v3/proxy"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/dlock-go/dlock/integration/tlstest"
 )
 
-// StartTimeout bounds how long New waits for the cluster to be ready.
+// StartTimeout bounds how long New, Restart and Leader wait.
 const StartTimeout = 60 * time.Second
 
 // Option configures New.
 type Option func(*config)
 
 type config struct {
-	members    int
-	tickMs     uint
-	electionMs uint
-	certs      *tlstest.Certs
-	clientAuth bool
+	members             int
+	heartbeat, election time.Duration
+	certs               *tlstest.Certs
+	clientAuth          bool
+	fsync               bool
+	args                []string
 }
 
 // WithTLS makes the members serve clients over TLS with certs' server
@@ -65,41 +73,47 @@ func WithTLS(certs *tlstest.Certs, clientAuth bool) Option {
 	return func(c *config) { c.certs, c.clientAuth = certs, clientAuth }
 }
 
-// WithMembers sets the number of members: 1 (the default) or 3 (or any odd
-// number up to 7).
+// WithMembers sets the number of members: 1 (the default), 3, 5 or 7.
 func WithMembers(n int) Option { return func(c *config) { c.members = n } }
 
-// WithElection sets the raft heartbeat tick and election timeout.
+// WithElection sets the raft heartbeat interval and election timeout.
 // Optional, defaults to 50ms and 500ms.
-func WithElection(tick, election time.Duration) Option {
-	return func(c *config) {
-		c.tickMs, c.electionMs = uint(tick/time.Millisecond), uint(election/time.Millisecond)
-	}
+func WithElection(heartbeat, election time.Duration) Option {
+	return func(c *config) { c.heartbeat, c.election = heartbeat, election }
 }
 
-// Cluster is a running embedded etcd cluster. Its methods are safe for
-// concurrent use.
+// WithFsync keeps etcd's fsync on (its default outside tests), for tests
+// of crashes that must not lose acknowledged writes.
+func WithFsync() Option { return func(c *config) { c.fsync = true } }
+
+// WithArgs adds command-line flags to every member (for example
+// "--snapshot-count=100").
+func WithArgs(args ...string) Option { return func(c *config) { c.args = append(c.args, args...) } }
+
+// Cluster is a running etcd cluster. Its methods are safe for concurrent
+// use.
 type Cluster struct {
 	root    string
 	members []*Member
 }
 
-// Member is one embedded etcd member. Stop and Restart it to test member
+// Member is one etcd process. Stop, Kill and Restart it to test member
 // loss; its data directory survives a restart.
 type Member struct {
 	name      string
+	clientURL string // http(s)://127.0.0.1:port
 	dir       string
-	peerURL   url.URL
-	clientURL url.URL
-	initial   string
-	cfg       config
-	mu        sync.Mutex
-	etcd      *embed.Etcd
+	args      []string
+	bin       string
+	certs     *tlstest.Certs
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed once cmd has been waited for
 }
 
-// New starts an embedded etcd cluster and registers its shutdown with
-// t.Cleanup. It fails the test if the cluster is not ready within
-// StartTimeout.
+// New starts a cluster and registers its shutdown with t.Cleanup. It
+// fails the test if the cluster is not ready within StartTimeout.
 func New(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
 	c, err := Start(opts...)
@@ -110,137 +124,223 @@ func New(t testing.TB, opts ...Option) *Cluster {
 	return c
 }
 
-// Start starts an embedded etcd cluster outside a test (an example, a
-// demo); Close stops it and removes its data.
+// Start starts a cluster outside a test (an example, a demo); Close stops
+// it and removes its data.
 func Start(opts ...Option) (*Cluster, error) {
-	cfg := config{members: 1, tickMs: 50, electionMs: 500}
+	cfg := config{members: 1, heartbeat: 50 * time.Millisecond, election: 500 * time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.members < 1 || cfg.members > 7 || cfg.members%2 == 0 {
 		return nil, fmt.Errorf("members = %d; want 1, 3, 5 or 7", cfg.members)
 	}
+	bin, err := binary()
+	if err != nil {
+		return nil, err
+	}
 	// A port found free may be taken before etcd binds it (other test
 	// binaries run in parallel): start again on fresh ports.
-	var err error
-	for range startAttempts {
+	for range 5 {
 		var c *Cluster
-		if c, err = start(cfg); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-			return c, err
+		if c, err = start(bin, cfg); err == nil {
+			return c, nil
+		}
+		c.Close()
+		if !errors.Is(err, errPortTaken) {
+			return nil, err
 		}
 	}
 	return nil, err
 }
 
-// startAttempts bounds the restarts on a port taken in between.
-const startAttempts = 5
+var errPortTaken = errors.New("address already in use")
 
-func start(cfg config) (_ *Cluster, err error) {
+func start(bin string, cfg config) (*Cluster, error) {
 	root, err := os.MkdirTemp("", "etcdtest-")
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{root: root}
-	defer func() {
-		if err != nil {
-			c.Close()
-		}
-	}()
+	scheme := "http"
+	if cfg.certs != nil {
+		scheme = "https"
+	}
 	var initial []string
+	peers := make([]string, cfg.members)
 	for i := range cfg.members {
-		m := &Member{
-			name: fmt.Sprintf("m%d", i),
-			dir:  filepath.Join(root, fmt.Sprintf("m%d", i)),
-			cfg:  cfg,
-		}
 		peer, err := freeAddr()
 		if err != nil {
-			return nil, err
+			return c, err
 		}
 		client, err := freeAddr()
 		if err != nil {
-			return nil, err
+			return c, err
 		}
-		m.peerURL = url.URL{Scheme: "http", Host: peer}
-		m.clientURL = url.URL{Scheme: "http", Host: client}
-		if cfg.certs != nil {
-			m.clientURL.Scheme = "https"
-		}
-		initial = append(initial, m.name+"="+m.peerURL.String())
+		peers[i] = "http://" + peer
+		m := &Member{name: fmt.Sprintf("m%d", i), clientURL: scheme + "://" + client, dir: filepath.Join(root, fmt.Sprintf("m%d", i)), bin: bin, certs: cfg.certs}
+		initial = append(initial, m.name+"="+peers[i])
 		c.members = append(c.members, m)
 	}
-	errc := make(chan error, len(c.members))
-	for _, m := range c.members {
-		m.initial = strings.Join(initial, ",")
-		go func() { errc <- m.start(embed.ClusterStateFlagNew) }()
-	}
-	var errs []error
-	for range c.members {
-		errs = append(errs, <-errc)
-	}
-	return c, errors.Join(errs...)
-}
-
-func (m *Member) start(state string) error {
-	ec := embed.NewConfig()
-	ec.Name = m.name
-	ec.Dir = m.dir
-	ec.ListenPeerUrls = []url.URL{m.peerURL}
-	ec.AdvertisePeerUrls = []url.URL{m.peerURL}
-	ec.ListenClientUrls = []url.URL{m.clientURL}
-	ec.AdvertiseClientUrls = []url.URL{m.clientURL}
-	if c := m.cfg.certs; c != nil {
-		ec.ClientTLSInfo = transport.TLSInfo{
-			CertFile: c.ServerCert, KeyFile: c.ServerKey,
-			TrustedCAFile: c.CA, ClientCertAuth: m.cfg.clientAuth,
+	for i, m := range c.members {
+		m.args = append([]string{
+			"--name=" + m.name, "--data-dir=" + filepath.Join(m.dir, "data"),
+			"--listen-client-urls=" + m.clientURL, "--advertise-client-urls=" + m.clientURL,
+			"--listen-peer-urls=" + peers[i], "--initial-advertise-peer-urls=" + peers[i],
+			"--initial-cluster=" + strings.Join(initial, ","), "--initial-cluster-state=new",
+			"--initial-cluster-token=etcdtest",
+			"--heartbeat-interval=" + strconv.FormatInt(cfg.heartbeat.Milliseconds(), 10),
+			"--election-timeout=" + strconv.FormatInt(cfg.election.Milliseconds(), 10),
+			"--log-level=error",
+		}, cfg.args...)
+		if !cfg.fsync {
+			m.args = append(m.args, "--unsafe-no-fsync")
+		}
+		if cs := cfg.certs; cs != nil {
+			m.args = append(m.args, "--cert-file="+cs.ServerCert, "--key-file="+cs.ServerKey, "--trusted-ca-file="+cs.CA,
+				"--client-cert-auth="+strconv.FormatBool(cfg.clientAuth))
+		}
+		if err := os.MkdirAll(m.dir, 0o700); err != nil {
+			return c, err
+		}
+		if err := m.spawn(); err != nil {
+			return c, err
 		}
 	}
-	ec.InitialCluster = m.initial
-	ec.InitialClusterToken = "etcdtest"
-	ec.ClusterState = state
-	ec.TickMs = m.cfg.tickMs
-	ec.ElectionMs = m.cfg.electionMs
-	ec.LogLevel = "error"
-	ec.LogOutputs = []string{"/dev/null"}
-	ec.UnsafeNoFsync = true // tests do not survive power loss
-	ec.SnapshotCount = 10000
-	e, err := embed.StartEtcd(ec)
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	for _, m := range c.members {
+		if err := m.ready(ctx); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func (m *Member) spawn() error {
+	log, err := os.OpenFile(filepath.Join(m.dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return fmt.Errorf("start member %s: %w", m.name, err)
+		return err
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
+	defer log.Close() // the child has its own copy
+	cmd := exec.Command(m.bin, m.args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	setDeathSignal(cmd) // gone with the test process, however it ends
+	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("member %s: %w", m.name, err)
-	case <-time.After(StartTimeout):
-		e.Server.Stop()
-		e.Close()
-		return fmt.Errorf("member %s not ready within %v", m.name, StartTimeout)
 	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
 	m.mu.Lock()
-	m.etcd = e
+	m.cmd, m.done = cmd, done
 	m.mu.Unlock()
 	return nil
 }
 
-// Close stops every member and removes the data directories.
-func (c *Cluster) Close() {
-	var wg sync.WaitGroup
-	for _, m := range c.members {
-		wg.Go(m.close)
+// ready waits until the member answers a status request, or its process
+// exits (its log says why).
+func (m *Member) ready(ctx context.Context) error {
+	cli, err := clientv3.New(m.clientConfig([]string{m.clientURL}))
+	if err != nil {
+		return err
 	}
-	wg.Wait()
+	defer cli.Close()
+	m.mu.Lock()
+	done := m.done
+	m.mu.Unlock()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := cli.Status(sctx, m.clientURL)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("member %s not ready within %v: %v (log: %s)", m.name, StartTimeout, err, m.Log())
+		case <-done:
+			log := m.Log()
+			if strings.Contains(log, "address already in use") {
+				return fmt.Errorf("member %s: %w", m.name, errPortTaken)
+			}
+			return fmt.Errorf("member %s exited (log: %s)", m.name, log)
+		case <-time.After(20 * time.Millisecond): // polling: etcd has no readiness event to wait on
+		}
+	}
+}
+
+func (m *Member) clientConfig(eps []string) clientv3.Config {
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if m.certs != nil {
+		cfg.TLS = m.certs.ClientConfig()
+		// gRPC checks the certificate against the authority, not
+		// TLS.ServerName (see dlock's Config.TLS).
+		cfg.DialOptions = []grpc.DialOption{grpc.WithAuthority(cfg.TLS.ServerName)}
+	}
+	return cfg
+}
+
+// Log returns the tail of the member's log.
+func (m *Member) Log() string {
+	b, _ := os.ReadFile(filepath.Join(m.dir, "log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Close kills every member and removes the data directories.
+func (c *Cluster) Close() {
+	if c == nil {
+		return
+	}
+	for _, m := range c.members {
+		m.signal(syscall.SIGKILL)
+		m.wait()
+	}
 	os.RemoveAll(c.root)
 }
 
-func (m *Member) close() {
+// signal sends sig to the member's process if it runs; a SIGKILL also
+// resumes it (a stopped process dies at once either way).
+func (m *Member) signal(sig syscall.Signal) error {
 	m.mu.Lock()
-	e := m.etcd
-	m.etcd = nil
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return nil
+	}
+	select {
+	case <-m.done:
+		return nil
+	default:
+	}
+	if sig == syscall.SIGKILL {
+		m.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	return m.cmd.Process.Signal(sig)
+}
+
+func (m *Member) wait() {
+	m.mu.Lock()
+	done := m.done
 	m.mu.Unlock()
-	if e != nil {
-		e.Close()
+	if done != nil {
+		<-done
+	}
+}
+
+// running reports whether the member's process has not exited.
+func (m *Member) running() bool {
+	m.mu.Lock()
+	done := m.done
+	m.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
 	}
 }
 
@@ -251,48 +351,136 @@ func (c *Cluster) Members() []*Member { return c.members }
 func (c *Cluster) Endpoints() []string {
 	var eps []string
 	for _, m := range c.members {
-		eps = append(eps, m.Endpoint())
+		eps = append(eps, m.clientURL)
 	}
 	return eps
 }
 
+// HostPorts returns the members' client addresses as host:port, for DSNs.
+func (c *Cluster) HostPorts() []string {
+	var hps []string
+	for _, m := range c.members {
+		hps = append(hps, m.HostPort())
+	}
+	return hps
+}
+
 // Endpoint returns the member's client URL.
-func (m *Member) Endpoint() string { return m.clientURL.String() }
+func (m *Member) Endpoint() string { return m.clientURL }
+
+// HostPort returns the member's client address as host:port.
+func (m *Member) HostPort() string {
+	_, hp, _ := strings.Cut(m.clientURL, "://")
+	return hp
+}
 
 // Name returns the member's name.
 func (m *Member) Name() string { return m.name }
 
-// Stop stops the member (its data directory is kept).
-func (m *Member) Stop(t testing.TB) {
-	t.Helper()
-	m.close()
+// PID returns the member's process ID (0 if it is not running).
+func (m *Member) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return 0
+	}
+	return m.cmd.Process.Pid
 }
 
-// Restart starts a stopped member again with its data.
+// Stop stops the member gracefully (SIGTERM: a leader hands leadership
+// over first) and waits for it to exit; its data directory is kept.
+func (m *Member) Stop(t testing.TB) {
+	t.Helper()
+	m.Cont(t) // a paused member would not act on SIGTERM
+	if err := m.signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("etcdtest: stop %s: %v", m.name, err)
+	}
+	m.wait()
+}
+
+// Kill crashes the member (SIGKILL: no hand-over of leadership) and waits
+// for it to exit; its data directory is kept.
+func (m *Member) Kill(t testing.TB) {
+	t.Helper()
+	if err := m.signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("etcdtest: kill %s: %v", m.name, err)
+	}
+	m.wait()
+}
+
+// Pause stops the member's process with SIGSTOP; Cont resumes it.
+func (m *Member) Pause(t testing.TB) {
+	t.Helper()
+	if err := m.signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("etcdtest: pause %s: %v", m.name, err)
+	}
+}
+
+// Cont resumes a member paused by Pause.
+func (m *Member) Cont(t testing.TB) {
+	t.Helper()
+	if err := m.signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("etcdtest: cont %s: %v", m.name, err)
+	}
+}
+
+// Restart starts a stopped or killed member again, with its data and its
+// ports, and waits until it answers.
 func (m *Member) Restart(t testing.TB) {
 	t.Helper()
-	if err := m.start(embed.ClusterStateFlagExisting); err != nil {
+	m.wait()
+	for i, a := range m.args {
+		if a == "--initial-cluster-state=new" {
+			m.args[i] = "--initial-cluster-state=existing"
+		}
+	}
+	if err := m.spawn(); err != nil {
+		t.Fatalf("etcdtest: restart: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), StartTimeout)
+	defer cancel()
+	if err := m.ready(ctx); err != nil {
 		t.Fatalf("etcdtest: restart: %v", err)
 	}
 }
 
-// IsLeader reports whether the member is running and is the raft leader.
-func (m *Member) IsLeader() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.etcd != nil && m.etcd.Server.Leader() == m.etcd.Server.MemberID()
+// status returns the member's raft status: its ID and its leader's (0 if
+// it has none); ok is false if it does not answer.
+func (m *Member) status(ctx context.Context) (id, leader uint64, ok bool) {
+	if !m.running() {
+		return 0, 0, false
+	}
+	cfg := m.clientConfig([]string{m.clientURL})
+	cfg.DialTimeout = 500 * time.Millisecond
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	st, err := cli.Status(sctx, m.clientURL)
+	if err != nil {
+		return 0, 0, false
+	}
+	return st.Header.MemberId, st.Leader, true
 }
 
-// Leader returns the current leader, waiting up to StartTimeout for one.
+// IsLeader reports whether the member is running and is the raft leader.
+func (m *Member) IsLeader() bool {
+	id, leader, ok := m.status(context.Background())
+	return ok && leader != 0 && id == leader
+}
+
+// Leader returns the current leader as the running members report it,
+// waiting up to StartTimeout for one that all of them agree on.
 func (c *Cluster) Leader(t testing.TB) *Member {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), StartTimeout)
 	defer cancel()
 	for {
-		for _, m := range c.members {
-			if m.IsLeader() {
-				return m
-			}
+		if m := c.leader(ctx); m != nil {
+			return m
 		}
 		select {
 		case <-ctx.Done():
@@ -302,28 +490,26 @@ func (c *Cluster) Leader(t testing.TB) *Member {
 	}
 }
 
-// Config returns a client configuration for the cluster's endpoints (and,
-// on a TLS cluster, its CA and client certificate).
-func (c *Cluster) Config() clientv3.Config {
-	cfg := clientv3.Config{
-		Endpoints:   c.Endpoints(),
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
+func (c *Cluster) leader(ctx context.Context) *Member {
+	byID := map[uint64]*Member{}
+	var lead uint64
+	for _, m := range c.members {
+		id, leader, ok := m.status(ctx)
+		if !ok {
+			continue
+		}
+		byID[id] = m
+		if leader == 0 || lead != 0 && leader != lead {
+			return nil
+		}
+		lead = leader
 	}
-	if certs := c.members[0].cfg.certs; certs != nil {
-		cfg.TLS = certs.ClientConfig()
-	}
-	return cfg
+	return byID[lead]
 }
 
-// HostPorts returns the members' client addresses as host:port, for DSNs.
-func (c *Cluster) HostPorts() []string {
-	var hps []string
-	for _, m := range c.members {
-		hps = append(hps, m.clientURL.Host)
-	}
-	return hps
-}
+// Config returns a client configuration for the cluster's endpoints (and,
+// on a TLS cluster, its CA and client certificate).
+func (c *Cluster) Config() clientv3.Config { return c.members[0].clientConfig(c.Endpoints()) }
 
 // Client returns a client of the whole cluster, closed by t.Cleanup.
 func (c *Cluster) Client(t testing.TB) *clientv3.Client {
@@ -345,22 +531,6 @@ func NewClient(t testing.TB, cfg clientv3.Config) *clientv3.Client {
 	return cli
 }
 
-// Proxy is a fault-injecting TCP proxy between one client and one member.
-type Proxy struct {
-	proxy.Server
-	addr string
-}
-
-// Addr returns the proxy's listening address, host:port.
-func (p *Proxy) Addr() string { return p.addr }
-
-// Blackhole drops all traffic in both directions; connections stay open, so
-// the client notices only through its own timeouts.
-func (p *Proxy) Blackhole() { p.BlackholeTx(); p.BlackholeRx() }
-
-// Unblackhole lets traffic through again.
-func (p *Proxy) Unblackhole() { p.UnblackholeTx(); p.UnblackholeRx() }
-
 // ProxiedClient returns a client that reaches the cluster only through a
 // fault proxy to the first member (or the member given), and the proxy.
 // Both are closed by t.Cleanup.
@@ -368,7 +538,8 @@ func (c *Cluster) ProxiedClient(t testing.TB, member ...*Member) (*clientv3.Clie
 	t.Helper()
 	p := c.NewProxy(t, member...)
 	cfg := c.Config()
-	cfg.Endpoints = []string{"http://" + p.Addr()}
+	scheme, _, _ := strings.Cut(c.members[0].clientURL, "://")
+	cfg.Endpoints = []string{scheme + "://" + p.Addr()}
 	return NewClient(t, cfg), p
 }
 
@@ -381,22 +552,7 @@ func (c *Cluster) NewProxy(t testing.TB, member ...*Member) *Proxy {
 	if len(member) > 0 {
 		m = member[0]
 	}
-	return ProxyTo(t, m.clientURL.Host)
-}
-
-// ProxyTo starts a TCP fault proxy to addr (host:port: an etcd member, a
-// Redis server, ...) on a free loopback port, closed by t.Cleanup.
-func ProxyTo(t testing.TB, addr string) *Proxy {
-	t.Helper()
-	from := url.URL{Scheme: "tcp", Host: FreeAddr(t)}
-	p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: url.URL{Scheme: "tcp", Host: addr}})
-	select {
-	case <-p.Ready():
-	case err := <-p.Error():
-		t.Fatalf("etcdtest: proxy: %v", err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return &Proxy{Server: p, addr: from.Host}
+	return ProxyTo(t, m.HostPort())
 }
 
 // FreeAddr returns a loopback address "127.0.0.1:port" whose port was free a

@@ -56,3 +56,43 @@ func TestProxyBlackhole(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "1", string(resp.Kvs[0].Value), "the blackholed put must not have reached etcd")
 }
+
+// A killed leader (no hand-over) is replaced; killed and paused members
+// come back with their data.
+func TestKillPauseRestart(t *testing.T) {
+	c := etcdtest.New(t, etcdtest.WithMembers(3))
+	cli := c.Client(t)
+	_, err := cli.Put(t.Context(), "k", "1")
+	require.NoError(t, err)
+	l := c.Leader(t)
+	l.Kill(t)
+	assert.False(t, l.IsLeader())
+	next := c.Leader(t)
+	assert.NotSame(t, l, next, "a new leader among the others")
+	next.Pause(t) // two of three down: no majority until one is back
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = cli.Put(ctx, "k", "2")
+	require.Error(t, err, "no write without a majority")
+	next.Cont(t)
+	l.Restart(t)
+	_, err = cli.Put(t.Context(), "k", "3")
+	require.NoError(t, err)
+	resp, err := cli.Get(t.Context(), "k")
+	require.NoError(t, err)
+	assert.Equal(t, "3", string(resp.Kvs[0].Value))
+}
+
+// Delay slows one direction; a blackholed direction drops its bytes.
+func TestProxyDelay(t *testing.T) {
+	c := etcdtest.New(t)
+	cli, p := c.ProxiedClient(t)
+	_, err := cli.Put(t.Context(), "k", "1")
+	require.NoError(t, err)
+	p.DelayRx(300*time.Millisecond, 0)
+	start := time.Now()
+	_, err = cli.Get(t.Context(), "k")
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the answer came through the delay")
+	p.UndelayRx()
+}

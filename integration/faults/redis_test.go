@@ -23,7 +23,7 @@ func primaryReplica(t *testing.T) (primary, replica *redistest.Server, link *etc
 	t.Helper()
 	primary = redistest.Start(t)
 	link = etcdtest.ProxyTo(t, primary.Addr())
-	host, port, _ := splitHostPort(t, link.From())
+	host, port, _ := splitHostPort(t, "tcp://"+link.Addr())
 	replica = redistest.Start(t, redistest.WithArgs("--replicaof", host, port))
 	pc := primary.Client(t)
 	ctx := ctxFor(t)

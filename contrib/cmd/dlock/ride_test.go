@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/dlock-go/dlock/integration/etcdproc"
+	"github.com/dlock-go/dlock/integration/etcdtest"
 )
 
 // rideBound is how long after a new leader is elected a run started during
@@ -25,7 +25,7 @@ const rideBound = 3 * time.Second
 // deadline exceeded (no answer within 5s: check the address ...)".
 func TestRunDuringLeaderElection(t *testing.T) {
 	t.Parallel()
-	c := etcdproc.New(t, 3)
+	c := etcdtest.New(t, etcdtest.WithMembers(3), etcdtest.WithFsync(), etcdtest.WithElection(100*time.Millisecond, time.Second))
 	dsn := "etcd://" + strings.Join(c.HostPorts(), ",") + "/ride"
 	leader := c.Leader(t)
 	killed := time.Now()
