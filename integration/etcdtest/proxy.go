@@ -26,7 +26,7 @@ type Proxy struct {
 
 // link is the state of one direction.
 type link struct {
-	drop           bool
+	drop            bool
 	latency, jitter time.Duration
 }
 
