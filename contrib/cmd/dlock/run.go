@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -286,14 +284,16 @@ func acquirer(client *dlock.Client, name, owner string, kind runKind, permits in
 // runHolding runs argv while held lasts, and returns the exit status.
 func runHolding(e *env, held lock.Held, name string, argv []string, grace time.Duration, sigc <-chan os.Signal) error {
 	lost := held.Done() // start watching before the command starts
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
-	cmd.Env = append(os.Environ(), "DLOCK_LOCK="+name, "DLOCK_TOKEN="+held.Token().String())
-	setGroup(cmd)
-	exited, err := startChild(cmd)
+	j, err := startJob(jobSpec{
+		argv:   argv,
+		env:    append(os.Environ(), "DLOCK_LOCK="+name, "DLOCK_TOKEN="+held.Token().String()),
+		stdout: e.stdout,
+		stderr: e.stderr,
+	})
 	if err != nil {
 		return exitWith(exitNoCommand, "%v", err)
 	}
+	defer j.close()
 
 	var (
 		wasLost bool
@@ -301,16 +301,20 @@ func runHolding(e *env, held lock.Held, name string, argv []string, grace time.D
 	)
 	for {
 		select {
-		case <-exited:
-			if wasLost {
+		case <-j.done():
+			code, err := j.result()
+			switch {
+			case wasLost && err != nil:
+				fmt.Fprintf(e.stderr, "dlock run: %s\n", oneLine(err.Error()))
+				fallthrough
+			case wasLost:
 				return &codeError{code: exitLockLost} // already reported
+			case err != nil:
+				return err
 			}
-			if code := cmd.ProcessState.ExitCode(); code >= 0 {
-				return &codeError{code: code}
-			}
-			return &codeError{code: signalCode(cmd.ProcessState)}
+			return &codeError{code: code}
 		case s := <-sigc:
-			signalGroup(cmd, s)
+			j.signal(s)
 		case <-lost:
 			lost, wasLost = nil, true
 			why := held.Err()
@@ -318,41 +322,15 @@ func runHolding(e *env, held lock.Held, name string, argv []string, grace time.D
 				why = errors.New("lock lost")
 			}
 			fmt.Fprintf(e.stderr, "dlock run: %s; stopping %s (SIGTERM now, SIGKILL in %v)\n", oneLine(why.Error()), argv[0], grace)
-			signalGroup(cmd, syscall.SIGTERM)
+			j.stop()
 			t := time.NewTimer(grace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill = nil
-			signalGroup(cmd, syscall.SIGKILL)
+			j.kill()
 		}
 	}
-}
-
-// startChild starts cmd and reaps it on a goroutine locked to its OS
-// thread, and returns a channel that receives Wait's result.
-//
-// On Linux the parent-death signal that setGroup asks for fires when the
-// thread that forked the child exits, not the process; and a thread can
-// exit while the process lives (Go ends the thread of a goroutine that
-// exits locked to it, and an unlocked goroutine could fork on such a
-// thread). So the goroutine that forks stays on its thread until Wait has
-// reaped the child, and never unlocks: the thread then ends with it.
-func startChild(cmd *exec.Cmd) (<-chan error, error) {
-	started, exited := make(chan error, 1), make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // for good: see above
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return exited, nil
 }
 
 // release unlocks held with a bounded context detached from any signal.
