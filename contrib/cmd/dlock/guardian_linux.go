@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,6 +45,15 @@ import (
 // would end it (droppedSignals), so that Ctrl-C, a signal to dlock's
 // process group ("kill -9 %1", timeout(1)) or to dlock's name (pkill
 // dlock: the guardian's is "exe") reaches dlock without it.
+//
+// Why not a cgroup of its own, ended with cgroup.kill (Linux 5.14)? It
+// would catch no more: a process that is not CMD's descendant (started by
+// a daemon) is not in CMD's cgroup either. It needs a writable cgroup v2
+// directory, which a login session or a container rarely delegates, and
+// it leaves a directory behind if the guardian is killed. The subreaper
+// works for any user on any kernel since 3.4; a pidfd (5.3) makes each
+// signal reach the process that the walk found, not a stranger that
+// reused its PID.
 const (
 	guardianName = "dlock-guardian"
 	controlFD    = 3    // the control pipe's read end, in the guardian
@@ -101,7 +109,7 @@ func runGuardian(argv []string) int {
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	setGroup(cmd) // its own process group, SIGKILL when the guardian dies
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "dlock run: %s\n", oneLine(err.Error()))
 		return exitNoCommand
@@ -123,9 +131,12 @@ func runGuardian(argv []string) int {
 			sig := unix.Signal(b &^ treeBit)
 			switch {
 			case !ok:
-				t.endAll()
-				fmt.Fprintf(os.Stderr, "dlock run: dlock (pid %d) died while %s ran: the guardian killed %s and every process it started (%d in all)\n",
-					parent, argv[0], argv[0], len(t.dead))
+				what := "and every process it started"
+				if t.endAll() > 0 {
+					what = "and the processes it started that it may kill"
+				}
+				fmt.Fprintf(os.Stderr, "dlock run: dlock (pid %d) died while %s ran: the guardian killed %s %s (%d in all)\n",
+					parent, argv[0], argv[0], what, len(t.dead))
 				return exitError
 			case b&treeBit == 0:
 				t.signalGroup(sig)
@@ -140,11 +151,14 @@ func runGuardian(argv []string) int {
 	}
 }
 
-// endAll ends the tree, and warns of each process that refused to die.
-func (t *tree) endAll() {
-	for _, pid := range t.end() {
+// endAll ends the tree, warns of each process that refused to die, and
+// returns how many did.
+func (t *tree) endAll() int {
+	refused := t.end()
+	for _, pid := range refused {
 		t.warn("cannot kill pid %d (%s): operation not permitted; it keeps running", pid, comm(pid))
 	}
+	return len(refused)
 }
 
 // code returns the guardian's exit code for CMD's wait status.

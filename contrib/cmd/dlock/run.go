@@ -55,21 +55,40 @@ stderr. Use etcd or redis:// where the resource must be fenced.
 If the lock is lost while CMD runs (etcd: the session could not reach etcd
 in time, or someone revoked its lease; Redis, Redlock: a renewal found the
 key gone or taken, or no renewal succeeded before the TTL ran out), CMD's
-process group gets SIGTERM, then SIGKILL after --grace, and dlock exits with
-code 3. SIGINT and SIGTERM sent to dlock are forwarded to CMD.
+tree gets SIGTERM, then SIGKILL after --grace, and dlock exits with code 3
+once it is gone. CMD's tree is, on Linux, CMD and every process it starts,
+even one that left CMD's process group or whose parent exited; elsewhere,
+CMD's process group (and dlock exits when CMD has). SIGINT and SIGTERM
+sent to dlock are forwarded to CMD's process group.
 
 CMD runs in a process group of its own (so that a lost lock stops all of
-it); it is not the terminal's foreground group.
+it); it is not the terminal's foreground group. When CMD exits, dlock
+releases the lock and exits with CMD's code: processes CMD leaves running
+are not stopped, and run on without the lock (have CMD wait for them).
 
 If dlock itself dies without a chance to stop CMD (SIGKILL, the OOM
-killer), then on Linux and FreeBSD the kernel sends CMD SIGKILL at once
-(a parent-death signal). It reaches CMD only, not the processes CMD
-started: to cover those, exec the real command (sh -c 'exec job') or
-have CMD stop its own children. macOS, the other BSDs and Windows have no
-such signal: there CMD keeps running, orphaned. Either way the lock is released
-without dlock, when no heartbeat (etcd) or renewal (Redis, Redlock) has
-come for a TTL: a CMD still running by then runs unlocked, and only a
-resource that checks $DLOCK_TOKEN stops its writes.
+killer):
+  Linux: a guardian process between dlock and CMD (dlock itself, shown by
+  ps as "dlock-guardian -- CMD...") reads the end of dlock at once and
+  SIGKILLs CMD's tree, again until none of it is left. It is a child
+  subreaper, so it finds every process CMD started, in whatever process
+  group, session or PID namespace. Not covered: processes started through
+  a daemon (systemd-run, docker run, ssh, at), which are not CMD's
+  descendants; another user's processes (sudo) when dlock is not root
+  (the guardian warns, and leaves them); a process blocked in the kernel
+  (state D) dies only when its system call returns. If the guardian dies with dlock (both SIGKILLed:
+  pkill -f dlock), nothing stops the tree. The guardian is in a process
+  group of its own and its name is "exe", so kill -9 %1, timeout(1) and
+  pkill dlock spare it. If the guardian alone is killed, CMD dies with it
+  and dlock kills the rest, then exits 1.
+  FreeBSD: the kernel sends CMD SIGKILL (a parent-death signal); it
+  reaches CMD only, not the processes CMD started: exec the real command
+  (sh -c 'exec job') or have CMD stop its own children.
+  macOS, the other BSDs and Windows: CMD keeps running, orphaned.
+Either way the lock is released without dlock, when no heartbeat (etcd) or
+renewal (Redis, Redlock) has come for a TTL: on Linux CMD's tree is gone
+long before; elsewhere, a CMD still running by then runs unlocked, and
+only a resource that checks $DLOCK_TOKEN stops its writes.
 
 The DSN may also come from $DLOCK_DSN; --dsn or --endpoints, when given,
 win. TLS to etcd or Redis goes through the DSN: etcds://, rediss://,

@@ -100,14 +100,15 @@ func (t *tree) signalAll(sig unix.Signal, onceEach bool) []int {
 		if st.zombie {
 			continue
 		}
-		if sig == unix.SIGKILL {
-			t.dead[pid] = struct{}{}
+		err := error(nil)
+		if skip == 0 || st.pgrp != skip {
+			err = signalPid(pid, sig, t.root, procs)
 		}
-		if skip > 0 && st.pgrp == skip {
-			continue
-		}
-		if err := signalPid(pid, sig, t.root, procs); errors.Is(err, unix.EPERM) {
+		switch {
+		case errors.Is(err, unix.EPERM):
 			refused = append(refused, pid)
+		case sig == unix.SIGKILL:
+			t.dead[pid] = struct{}{}
 		}
 	}
 	return refused
