@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -153,6 +154,56 @@ func TestRunExitCodeOfKilledCommand(t *testing.T) {
 	r := runCLI(t, "run", "--lock", "killed", "--endpoints", c.Endpoints()[0], "--", "sh", "-c", `kill -TERM $$`)
 	assert.Equal(t, 128+int(syscall.SIGTERM), r.code, "stderr: %s", r.stderr)
 	assert.Empty(t, r.stderr)
+}
+
+// TestGuardianStartsLight runs the binary as a guardian, as run starts it,
+// with GODEBUG=inittrace=1, which has Go print a line for each package it
+// initializes: the guardian must have run its command, and exited with its
+// exit code, before Go initialized any package that dlock's commands need
+// (the embedded etcd, gRPC, protobuf, dlock's own), so that it costs a few
+// milliseconds and little memory.
+func TestGuardianStartsLight(t *testing.T) {
+	t.Parallel()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer w.Close() // the guardian's dlock lives until it has exited
+	ctx, cancel := context.WithTimeout(t.Context(), cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Args = []string{"dlock-guardian", "--", "sh", "-c", "exit 5"}
+	cmd.ExtraFiles = []*os.File{r}
+	cmd.Env = environ([]string{"GODEBUG=inittrace=1"})
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	r.Close()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "stderr: %s", stderr.String())
+	assert.Equal(t, 5, ee.ExitCode(), "the command's exit code")
+
+	inits := initTrace(stderr.String())
+	require.Contains(t, inits, "os", "inittrace lists the packages initialized")
+	// dlock --help initializes every package of dlock. A few small ones,
+	// whose imports happen to be ready, go before the guardian; most, and
+	// the heavy ones (the embedded etcd, gRPC), deep in the import graph,
+	// must not.
+	r2 := runCLIEnv(t, []string{"GODEBUG=inittrace=1"}, "--help")
+	all := initTrace(r2.stderr)
+	require.Contains(t, all, "go.etcd.io/etcd/server/v3/embed")
+	assert.NotContains(t, inits, "go.etcd.io/etcd/server/v3/embed")
+	assert.Less(t, len(inits), len(all)/4, "packages initialized before the guardian ran: %v", inits)
+	t.Logf("%d of dlock's %d packages with init work initialized before the guardian ran", len(inits), len(all))
+}
+
+// initTrace returns the packages that GODEBUG=inittrace=1 lists in stderr.
+func initTrace(stderr string) []string {
+	var inits []string
+	for _, line := range strings.Split(stderr, "\n") {
+		if pkg, ok := strings.CutPrefix(line, "init "); ok {
+			inits = append(inits, strings.Fields(pkg)[0])
+		}
+	}
+	return inits
 }
 
 // watchTree watches every descendant of pid (see watchExit) and returns

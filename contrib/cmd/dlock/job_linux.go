@@ -10,13 +10,16 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	// Its init runs the guardian, in a process started as one (Name).
+	"github.com/dlock-go/dlock/contrib/cmd/dlock/internal/guardian"
 )
 
 // selfExe is the running dlock binary, whichever path started it and even
 // if that file has since been replaced.
 const selfExe = "/proc/self/exe"
 
-// guardedJob is CMD started by a guardian (see guardian_linux.go), which
+// guardedJob is CMD started by a guardian (see package guardian), which
 // dlock talks to through the write end of the control pipe.
 type guardedJob struct {
 	guardian  *exec.Cmd
@@ -42,9 +45,9 @@ func startJob(spec jobSpec) (job, error) {
 		return nil, err
 	}
 	cmd := exec.Command(selfExe)
-	cmd.Args = append([]string{guardianName, "--"}, spec.argv...)
+	cmd.Args = append([]string{guardian.Name, "--"}, spec.argv...)
 	spec.attach(cmd)
-	cmd.ExtraFiles = []*os.File{r} // controlFD
+	cmd.ExtraFiles = []*os.File{r} // guardian.ControlFD
 	// A process group of its own: signals for dlock's group (Ctrl-C,
 	// "kill -9 %1", timeout(1)) do not reach it. No parent-death signal:
 	// the guardian must outlive dlock, to end CMD's tree.
@@ -80,9 +83,11 @@ func (j *guardedJob) result() (int, error) {
 	if !j.subreaper {
 		return 0, fmt.Errorf("%s: processes %s started may still run", what, name)
 	}
-	t := &tree{root: os.Getpid(), stderr: j.stderr}
-	t.endAll()
-	return 0, fmt.Errorf("%s: dlock killed what was left of %s and the processes it started (%d in all)", what, name, len(t.dead))
+	killed, refused := guardian.EndDescendants()
+	for pid, comm := range refused {
+		fmt.Fprintf(j.stderr, "dlock run: warning: cannot kill pid %d (%s): operation not permitted; it keeps running\n", pid, comm)
+	}
+	return 0, fmt.Errorf("%s: dlock killed what was left of %s and the processes it started (%d in all)", what, name, killed)
 }
 
 // request writes one request byte to the guardian; a guardian that has
@@ -90,11 +95,11 @@ func (j *guardedJob) result() (int, error) {
 func (j *guardedJob) request(b byte) { j.ctl.Write([]byte{b}) }
 
 func (j *guardedJob) signal(sig os.Signal) {
-	if s, ok := sig.(syscall.Signal); ok && s > 0 && s < treeBit {
+	if s, ok := sig.(syscall.Signal); ok && s > 0 && s < guardian.TreeBit {
 		j.request(byte(s))
 	}
 }
 
-func (j *guardedJob) stop()  { j.request(treeBit | byte(syscall.SIGTERM)) }
-func (j *guardedJob) kill()  { j.request(treeBit | byte(syscall.SIGKILL)) }
+func (j *guardedJob) stop()  { j.request(guardian.TreeBit | byte(syscall.SIGTERM)) }
+func (j *guardedJob) kill()  { j.request(guardian.TreeBit | byte(syscall.SIGKILL)) }
 func (j *guardedJob) close() { j.ctl.Close() }

@@ -45,10 +45,6 @@ type env struct {
 }
 
 func main() {
-	// dlock run re-executes dlock as the guardian of its command (Linux).
-	if code, ok := guardianMain(os.Args); ok {
-		os.Exit(code)
-	}
 	// go-redis logs dial failures to stderr on its own; errors reach the
 	// user through report, as one line, instead.
 	goredis.SetLogger(nopLogger{})
