@@ -11,7 +11,7 @@ import (
 // A job is the command run starts while it holds the lock (CMD), with the
 // processes CMD starts: the tree that must stop when the lock is lost or
 // when dlock dies. startJob starts one: behind a guardian process on Linux
-// (see guardian_linux.go), directly elsewhere (startDirect).
+// (see package guardian), directly elsewhere (startDirect).
 //
 // A job is used by one goroutine.
 type job interface {

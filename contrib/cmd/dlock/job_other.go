@@ -3,5 +3,5 @@
 package main
 
 // startJob starts spec's CMD directly: only Linux has a guardian (see
-// guardian_linux.go).
+// package guardian).
 func startJob(spec jobSpec) (job, error) { return startDirect(spec) }

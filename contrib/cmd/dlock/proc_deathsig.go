@@ -9,6 +9,6 @@ import "syscall"
 // Linux, procctl(PROC_PDEATHSIG_CTL) on FreeBSD. On Linux the signal comes
 // when the thread that forked the child exits, hence startChild. It
 // reaches the child only, not the processes the child starts: on Linux the
-// parent is the guardian, which ends those (see guardian_linux.go); on
+// parent is the guardian, which ends those (see package guardian); on
 // FreeBSD it is dlock, and they outlive it.
 func setDeathSignal(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }

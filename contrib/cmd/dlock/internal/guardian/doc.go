@@ -8,10 +8,12 @@
 // argv [Name, "--", CMD...] and the read end of a pipe as fd ControlFD.
 // This package's init sees that and runs the guardian instead of dlock,
 // then exits: dlock's main never runs in it. It imports only standard
-// packages that Go initializes among the first (os, os/signal, os/exec,
-// syscall, time, strconv), before the heavy packages that dlock's other
-// commands need (an embedded etcd, gRPC), so a guardian starts in a few
-// milliseconds and dirties little memory of its own.
+// packages that Go initializes among the first (os, os/signal, syscall,
+// time, errors, runtime; not os/exec, strconv or fmt, which would have it
+// wait for most of dlock's packages), so it runs before the heavy packages
+// that dlock's commands need (an embedded etcd, gRPC) are initialized: a
+// guardian starts in a few milliseconds and dirties little memory of its
+// own.
 //
 // The guardian
 //
