@@ -20,14 +20,16 @@ import (
 )
 
 // childDeathBound is how soon after dlock is SIGKILLed its child must be
-// gone (issue 12): the parent-death signal is sent by the kernel as dlock
-// exits, so this is slack for a loaded machine, not a wait.
+// gone (issue 12): the guardian learns of dlock's end as dlock exits (the
+// kernel closes dlock's end of their pipe), so this is slack for a loaded
+// machine, not a wait.
 const childDeathBound = time.Second
 
 // TestRunChildDiesWithDlock kills dlock run with SIGKILL, as the OOM killer
-// or "kill -9" would: it gets no chance to stop its child, and the kernel's
-// parent-death signal must. The lock is then released by etcd when the
-// session's lease expires, a TTL after the last heartbeat.
+// or "kill -9" would: it gets no chance to stop its child, and the
+// guardian must (TestRunTreeDiesWithDlock covers the child's own
+// children). The lock is then released by etcd when the session's lease
+// expires, a TTL after the last heartbeat.
 func TestRunChildDiesWithDlock(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.New(t)

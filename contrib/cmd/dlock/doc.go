@@ -39,13 +39,25 @@
 // fence guard rejects, and run prints a warning to stderr. If the lock is
 // lost while CMD runs (etcd: the session expired or its lease was revoked;
 // Redis: a renewal found the key gone, or none succeeded within the TTL),
-// CMD's process group gets SIGTERM, then SIGKILL after --grace, and run
-// exits 3. SIGINT and SIGTERM are forwarded. If run itself is killed
-// (SIGKILL, the OOM killer), then on Linux and FreeBSD the kernel kills CMD
-// with it (a parent-death signal; CMD only, not what CMD started); on
-// macOS, the other BSDs and Windows CMD keeps running, orphaned. The lock
-// is then released by the backend, a TTL after run's last heartbeat or
-// renewal.
+// CMD's tree gets SIGTERM, then SIGKILL after --grace, and run exits 3.
+// SIGINT and SIGTERM are forwarded to CMD's process group. If run itself
+// is killed (SIGKILL, the OOM killer), then on Linux a guardian process
+// between run and CMD kills CMD's whole tree at once; on FreeBSD the
+// kernel kills CMD alone (a parent-death signal); on macOS, the other BSDs
+// and Windows CMD keeps running, orphaned. The lock is then released by
+// the backend, a TTL after run's last heartbeat or renewal.
+//
+// CMD's tree is CMD and every process it starts. On Linux, run starts CMD
+// through a guardian: dlock itself, re-executed ("dlock-guardian -- CMD" in
+// ps), a child subreaper, so that every process CMD starts stays its
+// descendant, whatever process group, session or PID namespace it moves
+// to. The guardian holds the read end of a pipe whose only write end is
+// run's: when run dies, however it dies, the kernel closes it, and the
+// guardian SIGKILLs every descendant (found in /proc, signalled through a
+// pidfd), again until none is left, reaps them and exits. It also carries
+// out run's signals (forwarded ones to CMD's process group, a lost lock's
+// to the whole tree) and exits with CMD's exit code. It holds no lock and
+// no connection. Elsewhere CMD's tree is CMD's process group.
 //
 // On etcd, run --permits N holds one of N permits of a semaphore instead
 // (up to N runs at once), and run --shared the read side of a
@@ -135,11 +147,25 @@
 //   - run starts CMD in a process group of its own, so that everything it
 //     starts can be stopped; CMD is therefore not in the terminal's
 //     foreground group and should not read from the terminal.
-//   - When run is killed, the kernel's parent-death signal (Linux,
-//     FreeBSD) reaches CMD but not CMD's own children: a shell's
-//     background jobs outlive it. Exec the real command ("sh -c 'exec
-//     job'") where that matters. Elsewhere nothing stops CMD, and it runs
-//     on after the lock is released, one TTL later.
+//   - When CMD exits, run releases the lock: processes CMD leaves running
+//     are not stopped, and run on without the lock. Have CMD wait for them.
+//   - What escapes the guardian when run is killed (Linux): processes
+//     started through a daemon (systemd-run, docker run, ssh, at, an
+//     already running tmux server), which are not CMD's descendants;
+//     another user's processes (sudo) when run is not root: the guardian
+//     may not signal them, says so on stderr, and leaves them; a process
+//     blocked in the kernel (state D, a hung NFS mount) until its system
+//     call returns; and the whole tree if the guardian is killed with run
+//     (both SIGKILLed, as by "pkill -f dlock"). The guardian has a process
+//     group of its own and the name "exe", so "kill -9 %1", timeout(1) and
+//     "pkill dlock" spare it; if it alone is killed, CMD dies with it and
+//     run, a child subreaper too, kills the rest and exits 1. Without
+//     /proc there is no guardian: run says so and starts CMD directly.
+//   - On FreeBSD, only CMD dies with a killed run (the kernel's
+//     parent-death signal), not CMD's own children: a shell's background
+//     jobs outlive it. Exec the real command ("sh -c 'exec job'") where
+//     that matters. On macOS, the other BSDs and Windows nothing stops
+//     CMD, and it runs on after the lock is released, one TTL later.
 //   - inspect only reads, but connects as run does, starting a session (a
 //     lease that holds no key, revoked when it exits).
 //   - bench measures from this process: its numbers include the network

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,9 +117,16 @@ func start(t *testing.T, args ...string) *proc {
 // startEnv is start with env ("KEY=value") added to the environment.
 func startEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startAttr(t, env, nil, args...)
+}
+
+// startAttr is startEnv with attr for the process (nil: none).
+func startAttr(t *testing.T, env []string, attr *syscall.SysProcAttr, args ...string) *proc {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), cmdTimeout)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = environ(env)
+	cmd.SysProcAttr = attr
 	p := &proc{cmd: cmd, lines: make(chan string, 100), stderr: &lockedBuffer{}, waited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()

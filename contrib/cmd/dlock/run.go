@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -57,21 +55,40 @@ stderr. Use etcd or redis:// where the resource must be fenced.
 If the lock is lost while CMD runs (etcd: the session could not reach etcd
 in time, or someone revoked its lease; Redis, Redlock: a renewal found the
 key gone or taken, or no renewal succeeded before the TTL ran out), CMD's
-process group gets SIGTERM, then SIGKILL after --grace, and dlock exits with
-code 3. SIGINT and SIGTERM sent to dlock are forwarded to CMD.
+tree gets SIGTERM, then SIGKILL after --grace, and dlock exits with code 3
+once it is gone. CMD's tree is, on Linux, CMD and every process it starts,
+even one that left CMD's process group or whose parent exited; elsewhere,
+CMD's process group (and dlock exits when CMD has). SIGINT and SIGTERM
+sent to dlock are forwarded to CMD's process group.
 
 CMD runs in a process group of its own (so that a lost lock stops all of
-it); it is not the terminal's foreground group.
+it); it is not the terminal's foreground group. When CMD exits, dlock
+releases the lock and exits with CMD's code: processes CMD leaves running
+are not stopped, and run on without the lock (have CMD wait for them).
 
 If dlock itself dies without a chance to stop CMD (SIGKILL, the OOM
-killer), then on Linux and FreeBSD the kernel sends CMD SIGKILL at once
-(a parent-death signal). It reaches CMD only, not the processes CMD
-started: to cover those, exec the real command (sh -c 'exec job') or
-have CMD stop its own children. macOS, the other BSDs and Windows have no
-such signal: there CMD keeps running, orphaned. Either way the lock is released
-without dlock, when no heartbeat (etcd) or renewal (Redis, Redlock) has
-come for a TTL: a CMD still running by then runs unlocked, and only a
-resource that checks $DLOCK_TOKEN stops its writes.
+killer):
+  Linux: a guardian process between dlock and CMD (dlock itself, shown by
+  ps as "dlock-guardian -- CMD...") reads the end of dlock at once and
+  SIGKILLs CMD's tree, again until none of it is left. It is a child
+  subreaper, so it finds every process CMD started, in whatever process
+  group, session or PID namespace. Not covered: processes started through
+  a daemon (systemd-run, docker run, ssh, at), which are not CMD's
+  descendants; another user's processes (sudo) when dlock is not root
+  (the guardian warns, and leaves them); a process blocked in the kernel
+  (state D) dies only when its system call returns. If the guardian dies with dlock (both SIGKILLed:
+  pkill -f dlock), nothing stops the tree. The guardian is in a process
+  group of its own and its name is "exe", so kill -9 %1, timeout(1) and
+  pkill dlock spare it. If the guardian alone is killed, CMD dies with it
+  and dlock kills the rest, then exits 1.
+  FreeBSD: the kernel sends CMD SIGKILL (a parent-death signal); it
+  reaches CMD only, not the processes CMD started: exec the real command
+  (sh -c 'exec job') or have CMD stop its own children.
+  macOS, the other BSDs and Windows: CMD keeps running, orphaned.
+Either way the lock is released without dlock, when no heartbeat (etcd) or
+renewal (Redis, Redlock) has come for a TTL: on Linux CMD's tree is gone
+long before; elsewhere, a CMD still running by then runs unlocked, and
+only a resource that checks $DLOCK_TOKEN stops its writes.
 
 The DSN may also come from $DLOCK_DSN; --dsn or --endpoints, when given,
 win. TLS to etcd or Redis goes through the DSN: etcds://, rediss://,
@@ -286,14 +303,16 @@ func acquirer(client *dlock.Client, name, owner string, kind runKind, permits in
 // runHolding runs argv while held lasts, and returns the exit status.
 func runHolding(e *env, held lock.Held, name string, argv []string, grace time.Duration, sigc <-chan os.Signal) error {
 	lost := held.Done() // start watching before the command starts
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
-	cmd.Env = append(os.Environ(), "DLOCK_LOCK="+name, "DLOCK_TOKEN="+held.Token().String())
-	setGroup(cmd)
-	exited, err := startChild(cmd)
+	j, err := startJob(jobSpec{
+		argv:   argv,
+		env:    append(os.Environ(), "DLOCK_LOCK="+name, "DLOCK_TOKEN="+held.Token().String()),
+		stdout: e.stdout,
+		stderr: e.stderr,
+	})
 	if err != nil {
 		return exitWith(exitNoCommand, "%v", err)
 	}
+	defer j.close()
 
 	var (
 		wasLost bool
@@ -301,16 +320,20 @@ func runHolding(e *env, held lock.Held, name string, argv []string, grace time.D
 	)
 	for {
 		select {
-		case <-exited:
-			if wasLost {
+		case <-j.done():
+			code, err := j.result()
+			switch {
+			case wasLost && err != nil:
+				fmt.Fprintf(e.stderr, "dlock run: %s\n", oneLine(err.Error()))
+				fallthrough
+			case wasLost:
 				return &codeError{code: exitLockLost} // already reported
+			case err != nil:
+				return err
 			}
-			if code := cmd.ProcessState.ExitCode(); code >= 0 {
-				return &codeError{code: code}
-			}
-			return &codeError{code: signalCode(cmd.ProcessState)}
+			return &codeError{code: code}
 		case s := <-sigc:
-			signalGroup(cmd, s)
+			j.signal(s)
 		case <-lost:
 			lost, wasLost = nil, true
 			why := held.Err()
@@ -318,41 +341,15 @@ func runHolding(e *env, held lock.Held, name string, argv []string, grace time.D
 				why = errors.New("lock lost")
 			}
 			fmt.Fprintf(e.stderr, "dlock run: %s; stopping %s (SIGTERM now, SIGKILL in %v)\n", oneLine(why.Error()), argv[0], grace)
-			signalGroup(cmd, syscall.SIGTERM)
+			j.stop()
 			t := time.NewTimer(grace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill = nil
-			signalGroup(cmd, syscall.SIGKILL)
+			j.kill()
 		}
 	}
-}
-
-// startChild starts cmd and reaps it on a goroutine locked to its OS
-// thread, and returns a channel that receives Wait's result.
-//
-// On Linux the parent-death signal that setGroup asks for fires when the
-// thread that forked the child exits, not the process; and a thread can
-// exit while the process lives (Go ends the thread of a goroutine that
-// exits locked to it, and an unlocked goroutine could fork on such a
-// thread). So the goroutine that forks stays on its thread until Wait has
-// reaped the child, and never unlocks: the thread then ends with it.
-func startChild(cmd *exec.Cmd) (<-chan error, error) {
-	started, exited := make(chan error, 1), make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // for good: see above
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return exited, nil
 }
 
 // release unlocks held with a bounded context detached from any signal.
