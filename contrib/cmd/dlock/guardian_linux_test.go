@@ -3,13 +3,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +36,9 @@ const treeDeathBound = time.Second
 // the guardian with it.
 func TestRunTreeDiesWithDlock(t *testing.T) {
 	t.Parallel()
-	ep := startEtcdProcess(t)
+	// etcd as a real process (etcdtest's members are), not in this test
+	// process.
+	ep := etcdtest.New(t).HostPorts()[0]
 	for _, tc := range []struct {
 		name  string
 		group bool
@@ -277,71 +277,4 @@ func descendantsOf(t *testing.T, pid int) []int {
 func procName(pid int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	return strings.TrimSpace(string(b))
-}
-
-// buildEtcd builds etcd's server main (./integration/containers/etcd, that
-// is etcd's etcdmain) into t.TempDir() and returns the binary's path.
-func buildEtcd(t *testing.T) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "etcd")
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", path, "github.com/dlock-go/dlock/integration/containers/etcd").CombinedOutput()
-	require.NoError(t, err, "go build etcd:\n%s", out)
-	return path
-}
-
-// startEtcdProcess runs a one-member etcd as a child process of the test,
-// on free loopback ports, with its data in t.TempDir(), and returns its
-// client endpoint once etcd says it serves clients. It is stopped when
-// the test ends.
-func startEtcdProcess(t *testing.T) string {
-	t.Helper()
-	bin := buildEtcd(t)
-	client, peer := "http://"+etcdtest.FreeAddr(t), "http://"+etcdtest.FreeAddr(t)
-	cmd := exec.Command(bin,
-		"--name", "dlock-test", "--data-dir", filepath.Join(t.TempDir(), "data"),
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "dlock-test="+peer, "--log-outputs", "stderr")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	var (
-		log   lockedBuffer
-		ready = make(chan struct{})
-		ended = make(chan struct{})
-	)
-	go func(ready chan<- struct{}) {
-		defer close(ended)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			log.Write(append(sc.Bytes(), '\n'))
-			if ready != nil && strings.Contains(sc.Text(), "ready to serve client requests") {
-				close(ready)
-				ready = nil
-			}
-		}
-	}(ready)
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-ended:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-ended
-		}
-		cmd.Wait()
-	})
-	wait := time.NewTimer(cmdTimeout)
-	defer wait.Stop()
-	select {
-	case <-ready:
-	case <-ended:
-		require.FailNow(t, "etcd exited before serving clients", "log:\n%s", log.String())
-	case <-wait.C:
-		require.FailNow(t, "etcd did not serve clients", "within %v; log:\n%s", cmdTimeout, log.String())
-	}
-	return strings.TrimPrefix(client, "http://")
 }
