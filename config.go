@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -122,6 +123,19 @@ func (c Config) redisOptions() []redis.Option {
 	}
 }
 
+// checkRedisOptions reports whether redis.New (or NewRedlock) accepts the
+// options Locker will pass it, without a server: New contacts no server,
+// and calls nothing on a client of a type it does not know.
+func (c Config) checkRedisOptions() error {
+	type unused struct{ goredis.UniversalClient }
+	if c.Backend == BackendRedis {
+		_, err := redis.New(&unused{}, "-", c.redisOptions()...)
+		return err
+	}
+	_, err := redis.NewRedlock([]goredis.UniversalClient{&unused{}, &unused{}, &unused{}}, "-", c.redisOptions()...)
+	return err
+}
+
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
@@ -192,10 +206,8 @@ func (c Config) Validate() error {
 		if err = session.ValidateOptions(c.sessionOptions()...); err == nil {
 			err = lock.ValidateOptions(c.lockOptions()...)
 		}
-	case c.Backend == BackendRedis:
-		err = redis.ValidateOptions(c.redisOptions()...)
 	default:
-		err = redis.ValidateRedlockOptions(c.redisOptions()...)
+		err = c.checkRedisOptions()
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
