@@ -157,39 +157,82 @@ func checkClient(c goredis.UniversalClient, field string) error {
 // counted is the work that locks run in goroutines of their own, per
 // client: a Redlock's request to each node, which goes on after the call
 // decided without it, and the deletes that follow a command whose outcome
-// is unknown. An entry lives while it has work, so the map holds only the
-// clients with work under way.
+// is unknown. An entry lives while it has goroutines, so the map holds
+// only the clients with work under way or workers still warm.
+//
+// A task runs on a worker that, once the task is done, waits up to
+// warmFor for the next task of the same client before it exits. A fresh
+// goroutine starts with a small stack and grows it, by copying, on every
+// go-redis command (a Redlock's CPU went to that); a warm worker has
+// grown it already.
 var counted = struct {
 	sync.Mutex
 	on map[goredis.UniversalClient]*work
 }{on: make(map[goredis.UniversalClient]*work)}
 
+// warmFor is how long a worker waits for another task before it exits.
+var warmFor = 100 * time.Millisecond
+
+// work is one client's workers. Its fields are guarded by counted's lock.
 type work struct {
-	n    int
-	idle chan struct{} // closed when n drops to 0
+	n        int           // workers alive: running a task, or warm
+	idle     chan struct{} // closed when n drops to 0 (the entry is then gone)
+	handoff  chan func()   // a task for a warm worker
+	cool     chan struct{} // closed while a Drain waits: workers exit rather than stay warm
+	draining int           // Drains waiting
 }
 
-// goCounted runs f in a new goroutine counted against c until f returns.
+// goCounted runs f on a worker of c's: a warm one if one waits, else a
+// new one.
 func goCounted(c goredis.UniversalClient, f func()) {
 	counted.Lock()
 	w := counted.on[c]
+	counted.Unlock()
+	if w != nil {
+		select {
+		case w.handoff <- f:
+			return
+		default:
+		}
+	}
+	counted.Lock()
+	w = counted.on[c] // it may have gone meanwhile
 	if w == nil {
-		w = &work{idle: make(chan struct{})}
+		w = &work{idle: make(chan struct{}), handoff: make(chan func()), cool: make(chan struct{})}
 		counted.on[c] = w
 	}
 	w.n++
 	counted.Unlock()
-	go func() {
-		defer func() {
-			counted.Lock()
-			if w.n--; w.n == 0 {
-				close(w.idle)
-				delete(counted.on, c)
-			}
-			counted.Unlock()
-		}()
-		f()
+	go w.run(c, f)
+}
+
+// run runs f, then the tasks handed to it, until it has stayed warm for
+// warmFor without one or a Drain tells it to exit.
+func (w *work) run(c goredis.UniversalClient, f func()) {
+	defer func() {
+		counted.Lock()
+		if w.n--; w.n == 0 {
+			close(w.idle)
+			delete(counted.on, c)
+		}
+		counted.Unlock()
 	}()
+	timer := time.NewTimer(warmFor)
+	defer timer.Stop()
+	for {
+		f()
+		counted.Lock()
+		cool := w.cool
+		counted.Unlock()
+		timer.Reset(warmFor)
+		select {
+		case f = <-w.handoff:
+		case <-timer.C:
+			return
+		case <-cool:
+			return
+		}
+	}
 }
 
 // Drain waits until no lock of this package has work left running in the
@@ -198,15 +241,17 @@ func goCounted(c goredis.UniversalClient, f func()) {
 // within cleanup bounds of a few seconds: a Redlock's requests to nodes
 // that had not answered when its call decided, and the deletes that follow
 // a command whose outcome is unknown. Call Drain before closing a client,
-// so that those deletes still reach their node; locks stay usable during
-// and after it.
+// so that those deletes still reach their node. When Drain returns, no
+// goroutine of the package's is left for those clients (it also ends the
+// workers that stay warm for the next call); locks stay usable during and
+// after it.
 func Drain(ctx context.Context, clients ...goredis.UniversalClient) error {
 	for {
-		var idle chan struct{}
 		counted.Lock()
+		var w *work
 		if len(clients) == 0 {
-			for _, w := range counted.on {
-				idle = w.idle
+			for _, x := range counted.on {
+				w = x
 				break
 			}
 		}
@@ -214,19 +259,31 @@ func Drain(ctx context.Context, clients ...goredis.UniversalClient) error {
 			if c == nil || !reflect.TypeOf(c).Comparable() {
 				continue // no lock takes it: it has no work
 			}
-			if w := counted.on[c]; w != nil {
-				idle = w.idle
+			if w = counted.on[c]; w != nil {
 				break
 			}
 		}
-		counted.Unlock()
-		if idle == nil {
+		if w == nil {
+			counted.Unlock()
 			return nil
 		}
+		if w.draining++; w.draining == 1 {
+			close(w.cool)
+		}
+		counted.Unlock()
+		var err error
 		select {
-		case <-idle:
+		case <-w.idle:
 		case <-ctx.Done():
-			return fmt.Errorf("redis: drain: %w", ctx.Err())
+			err = fmt.Errorf("redis: drain: %w", ctx.Err())
+		}
+		counted.Lock()
+		if w.draining--; w.draining == 0 {
+			w.cool = make(chan struct{})
+		}
+		counted.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 }

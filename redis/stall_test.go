@@ -102,8 +102,9 @@ func TestRedlockStalledNode(t *testing.T) {
 
 // TestRedlockLateGrantAfterFailure: an acquire that fails (two nodes held
 // by another grant, one stalled) returns after the node timeout; when the
-// stalled node resumes, its SET lands on a free key, and the straggler
-// deletes it.
+// stalled node resumes, a second later, its SET lands on a free key, and
+// the delete that followed the unanswered SET, still waiting for the
+// node, deletes it.
 func TestRedlockLateGrantAfterFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -127,6 +128,15 @@ func TestRedlockLateGrantAfterFailure(t *testing.T) {
 	assert.ErrorIs(t, err, lock.ErrLocked)
 	assert.ErrorContains(t, err, "node timeout", "the stalled node is reported")
 
+	// The fault itself: node 4 stays stopped for five node timeouts more,
+	// as a paused VM would; the delete that follows its unanswered SET
+	// must outlast that.
+	stopped := time.NewTimer(5 * redis.DefaultNodeTimeout)
+	select {
+	case <-stopped.C:
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
 	servers[4].Resume()
 	drain(t)
 	assert.Equal(t, 2, keyCount(ctx, t, servers, name), "only the other grant's keys remain: the late SET was deleted")
