@@ -191,8 +191,8 @@ type lockerOptions struct {
 
 // WithOwner stores owner with every grant of the Locker, for inspection
 // (dlock inspect on etcd; on Redis, after the random value in the lock
-// key). Optional, defaults to "<hostname>/<pid>" on etcd and none on Redis. It must be printable ASCII
-// without spaces, at most 256 bytes.
+// key). Optional, defaults to "<hostname>/<pid>" on etcd and none on
+// Redis. It must be printable ASCII without spaces, at most 256 bytes.
 func WithOwner(owner string) LockerOption { return func(o *lockerOptions) { o.owner = owner } }
 
 // Locker returns the lock called name on the Client's backend. The name

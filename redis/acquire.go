@@ -119,10 +119,10 @@ func newWaiterID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// waker delivers wake-ups from one or more servers. Its tasks (one per
-// node: a subscription, then its listener, on a worker of the node's
-// client) belong to the Lock call that made it: close ends them and waits
-// for them.
+// waker delivers wake-ups from one or more servers. Its goroutines (one
+// per node: a subscription, then its listener) belong to the Lock call
+// that made it, not to the background work that Drain waits for: close
+// ends them and waits for them.
 type waker struct {
 	c chan struct{} // receives a value (coalesced) per notification
 
@@ -133,8 +133,8 @@ type waker struct {
 }
 
 // subscribe subscribes to channel on every node (on the client that runs
-// commands on key there, bounded by the node timeout), each in a task of
-// the waker, and waits until need of them confirmed, every node
+// commands on key there, bounded by the node timeout), each in a goroutine
+// of the waker, and waits until need of them confirmed, every node
 // answered, the node timeout passed or ctx ended, so that a release
 // published after subscribe returns reaches a confirmed subscription (for
 // Redlock, need is a majority: it meets every majority a release deletes
@@ -145,9 +145,7 @@ func subscribe(ctx context.Context, nodes []*node, key, channel string, need int
 	answers := make(chan bool, len(nodes))
 	timeout := nodes[0].timeout
 	for _, n := range nodes {
-		w.wg.Add(1)
-		goCounted(n.client, func() {
-			defer w.wg.Done()
+		w.wg.Go(func() {
 			var ps *goredis.PubSub
 			ok := n.do(ctx, key, timeout, func(ctx context.Context, c goredis.UniversalClient) error {
 				ps = c.Subscribe(ctx, channel)

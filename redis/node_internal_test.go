@@ -25,11 +25,16 @@ func unusedClient(t *testing.T) goredis.UniversalClient {
 	return c
 }
 
-// warm sets warmFor for one test.
+// warm sets warmFor for one test, while no worker runs (workers read it).
 func warm(t *testing.T, d time.Duration) {
+	t.Helper()
+	set := func(d time.Duration) {
+		require.NoError(t, Drain(context.WithoutCancel(t.Context())), "workers of earlier tests")
+		warmFor = d
+	}
 	old := warmFor
-	warmFor = d
-	t.Cleanup(func() { warmFor = old })
+	set(d)
+	t.Cleanup(func() { set(old) })
 }
 
 // Tasks of one client one after another run on warm workers, not each on
