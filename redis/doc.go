@@ -2,19 +2,18 @@
 // node (SET NX PX, compare-and-delete, a fencing token from INCR) and
 // [Redlock] over N ≥ 3 independent masters (the majority algorithm with
 // drift accounting). Both are efficiency locks: they keep duplicate work
-// rare and cheap; they do not make overlapping holders impossible. For
-// correctness, use the etcd lock (package lock) with fencing tokens checked
-// at the resource (package fence).
+// rare; they do not make overlapping holders impossible. For correctness,
+// use the etcd lock (package lock) with tokens checked by the resource.
 //
 // While the nodes keep their data and a holder acts only while its grant's
 // Done is open, no two holders overlap: Done closes at the grant's local
 // deadline (just before the acquire was sent, plus the TTL, minus 1% and
 // 2ms, on the monotonic clock), before the server can expire the key.
 // Unlock and Extend compare the grant's random value, so a late one never
-// touches a later holder's key. A Mutex grant's token is an INCR in the
-// same script as the grant: it increases from grant to grant only while the
-// node's data lives. A Redlock grant has no sound token (Seq 0,
-// Capabilities().FencingTokens false): every fence.Guard rejects it.
+// touches a later holder's key. A Mutex token is an INCR in the grant's
+// script: it increases only while the node's data lives. A Redlock grant
+// has no sound token (Seq 0, FencingTokens false): every fence.Guard
+// rejects it.
 //
 // The limit: nothing tells a holder that its key vanished early (a DEL, an
 // eviction, a failover) unless Extend or the WithAutoExtend watchdog finds
@@ -23,25 +22,22 @@
 //
 // Every command runs in the caller's goroutine, bounded by the node timeout
 // (WithNodeTimeout) on any go-redis client, so a stalled node holds no call
-// for longer; a Redlock call decides at a majority or after the node
-// timeout. What a call did not wait for (a Redlock's other nodes, a delete
-// after an unknown outcome) finishes in the background: call Drain before
-// closing a client. docs/redis.md in the repository explains the design.
+// for longer; a Redlock call decides at a majority or at the node timeout.
+// What a call did not wait for finishes in the background: call Drain
+// before closing a client. docs/redis.md in the repository has the design.
 //
 // # Caveats
 //
-//   - Replication is asynchronous: a Sentinel or Cluster failover can grant
-//     a lock twice and repeat a token (the counter's last INCRs are lost
-//     with it); so can a restart without persistence. WithReplicas narrows
-//     the window, no more. A Mutex's Capabilities().SurvivesFailover is false.
+//   - Replication is asynchronous: a Sentinel or Cluster failover (or a
+//     restart without persistence) can grant a lock twice and repeat a
+//     token. WithReplicas narrows that window, no more.
 //   - Redlock assumes bounded clock drift, pauses and delays, and masters
-//     that fail independently; a node that comes back empty within a TTL
-//     can grant twice (use appendfsync always, or keep it down for a TTL).
+//     that fail independently; a node back empty within a TTL can grant
+//     twice (use appendfsync always, or keep it down for a TTL).
 //   - Run Redis with maxmemory-policy noeviction: an evicted key is a lost
 //     lock, an evicted counter restarts the tokens.
-//   - Waiters are not served in order: a newcomer can take a released lock
-//     before the waiter woken for it.
-//   - Lock retries every error until ctx ends; give it a deadline.
+//   - Waiters are not served in order; Lock retries every error until its
+//     ctx ends, so give it a deadline.
 //   - A Ring, or a client type of your own, without ContextTimeoutEnabled is
 //     bounded only by its own timeouts. On a *redis.Client without it, the
 //     commands run on a view that New makes (Client.WithTimeout): it shares
