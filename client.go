@@ -38,18 +38,8 @@ type Client struct {
 	mgr  *session.Manager
 	rdb  []goredis.UniversalClient
 
-	mu      sync.Mutex
-	closed  bool
-	lockers map[lockerKey]drainer // Redis lockers, one per name and owner: Close drains them
-}
-
-type lockerKey struct{ name, owner string }
-
-// drainer is a Redis locker: Drain waits for the background work of its
-// calls (a release's straggling node, see package redis).
-type drainer interface {
-	lock.Locker
-	Drain(ctx context.Context) error
+	mu     sync.Mutex
+	closed bool
 }
 
 // Open connects to the backend that cfg names. For etcd it also starts the
@@ -200,9 +190,9 @@ type lockerOptions struct {
 }
 
 // WithOwner stores owner with every grant of the Locker, for inspection
-// tools (dlock inspect, redis.Mutex.Owner). Optional, defaults to
-// "<hostname>/<pid>" on etcd and none on Redis. It must be printable ASCII
-// without spaces, at most 256 bytes.
+// (dlock inspect on etcd; on Redis, after the random value in the lock
+// key). Optional, defaults to "<hostname>/<pid>" on etcd and none on
+// Redis. It must be printable ASCII without spaces, at most 256 bytes.
 func WithOwner(owner string) LockerOption { return func(o *lockerOptions) { o.owner = owner } }
 
 // Locker returns the lock called name on the Client's backend. The name
@@ -227,33 +217,14 @@ func (c *Client) Locker(name string, opts ...LockerOption) (lock.Locker, error) 
 		}
 		return lock.New(c.mgr, name, lo...)
 	}
-	// Redis lockers are kept, one per name and owner, so that Close can
-	// wait for their stragglers.
-	k := lockerKey{name, o.owner}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if l, ok := c.lockers[k]; ok {
-		return l, nil
-	}
 	ro := c.cfg.redisOptions()
 	if o.owner != "" {
 		ro = append(ro, redis.WithOwner(o.owner))
 	}
-	var l drainer
-	var err error
 	if c.cfg.Backend == BackendRedis {
-		l, err = redis.New(c.rdb[0], name, ro...)
-	} else {
-		l, err = redis.NewRedlock(c.rdb, name, ro...)
+		return redis.New(c.rdb[0], name, ro...)
 	}
-	if err != nil {
-		return nil, err
-	}
-	if c.lockers == nil {
-		c.lockers = make(map[lockerKey]drainer)
-	}
-	c.lockers[k] = l
-	return l, nil
+	return redis.NewRedlock(c.rdb, name, ro...)
 }
 
 // Election returns the election called name, on etcd: its keys live under
@@ -298,14 +269,7 @@ func (c *Client) Close(ctx context.Context) error {
 		err := c.mgr.Close(ctx)
 		return errors.Join(err, c.etcd.Close())
 	}
-	var errs []error
-	for _, l := range c.lockers {
-		if err := l.Drain(ctx); err != nil {
-			errs = append(errs, err)
-			break // ctx ended: stop waiting
-		}
-	}
-	return errors.Join(append(errs, c.closeRedis())...)
+	return errors.Join(redis.Drain(ctx, c.rdb...), c.closeRedis())
 }
 
 func (c *Client) closeRedis() error {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -122,6 +123,19 @@ func (c Config) redisOptions() []redis.Option {
 	}
 }
 
+// checkRedisOptions reports whether redis.New (or NewRedlock) accepts the
+// options Locker will pass it, without a server: New contacts no server,
+// and calls nothing on a client of a type it does not know.
+func (c Config) checkRedisOptions() error {
+	type unused struct{ goredis.UniversalClient }
+	if c.Backend == BackendRedis {
+		_, err := redis.New(&unused{}, "-", c.redisOptions()...)
+		return err
+	}
+	_, err := redis.NewRedlock([]goredis.UniversalClient{&unused{}, &unused{}, &unused{}}, "-", c.redisOptions()...)
+	return err
+}
+
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
@@ -195,10 +209,8 @@ func (c Config) Validate() error {
 		if mgr, err = session.NewManager(new(clientv3.Client), c.sessionOptions()...); err == nil {
 			_, err = lock.New(mgr, "validate", c.lockOptions()...)
 		}
-	case c.Backend == BackendRedis:
-		err = redis.ValidateOptions(c.redisOptions()...)
 	default:
-		err = redis.ValidateRedlockOptions(c.redisOptions()...)
+		err = c.checkRedisOptions()
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

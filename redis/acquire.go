@@ -119,52 +119,60 @@ func newWaiterID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// waker delivers wake-ups from one or more servers.
+// waker delivers wake-ups from one or more servers. Its goroutines (one
+// per node: a subscription, then its listener) belong to the Lock call
+// that made it, not to the background work that Drain waits for: close
+// ends them and waits for them.
 type waker struct {
 	c chan struct{} // receives a value (coalesced) per notification
 
-	mu        sync.Mutex
-	closed    bool
-	subs      []*goredis.PubSub
-	listening sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	subs   []*goredis.PubSub
+	wg     sync.WaitGroup
 }
 
-// subscribe subscribes to channel on every client, each in a task of ts,
-// and waits until need of them confirmed, every client answered, timeout
-// passed or ctx ended, so that a release published after subscribe returns
-// reaches a confirmed subscription (for Redlock, need is a majority: it
-// meets every majority a release deletes from). A client that confirms
-// later joins then; one that fails is left out, and its waiter falls back
-// to polling. A subscription on a stalled node is a straggler of ts.
-func subscribe(ctx context.Context, ts *tasks, clients []goredis.UniversalClient, channel string, need int, timeout time.Duration) *waker {
+// subscribe subscribes to channel on every node (on the client that runs
+// commands on key there, bounded by the node timeout), each in a goroutine
+// of the waker, and waits until need of them confirmed, every node
+// answered, the node timeout passed or ctx ended, so that a release
+// published after subscribe returns reaches a confirmed subscription (for
+// Redlock, need is a majority: it meets every majority a release deletes
+// from). A node that confirms later joins then; one that fails is left
+// out, and its waiter falls back to polling.
+func subscribe(ctx context.Context, nodes []*node, key, channel string, need int) *waker {
 	w := &waker{c: make(chan struct{}, 1)}
-	answers := make(chan bool, len(clients))
-	for _, c := range clients {
-		ts.goTask(func() {
-			sctx, cancel := context.WithTimeout(ctx, timeout)
-			ps := c.Subscribe(sctx, channel)
-			msg, err := ps.Receive(sctx)
-			cancel()
-			_, ok := msg.(*goredis.Subscription)
-			ok = ok && err == nil
+	answers := make(chan bool, len(nodes))
+	timeout := nodes[0].timeout
+	for _, n := range nodes {
+		w.wg.Go(func() {
+			var ps *goredis.PubSub
+			ok := n.do(ctx, key, timeout, func(ctx context.Context, c goredis.UniversalClient) error {
+				ps = c.Subscribe(ctx, channel)
+				msg, err := ps.Receive(ctx)
+				if _, ok := msg.(*goredis.Subscription); err == nil && !ok {
+					err = fmt.Errorf("subscribe: got %T", msg)
+				}
+				return err
+			}) == nil
 			w.mu.Lock()
 			if !ok || w.closed {
 				w.mu.Unlock()
-				_ = ps.Close()
+				if ps != nil {
+					_ = ps.Close()
+				}
 				answers <- false
 				return
 			}
 			w.subs = append(w.subs, ps)
-			w.listening.Add(1)
 			w.mu.Unlock()
 			answers <- true
-			defer w.listening.Done()
 			w.listen(ps)
 		})
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	for confirmed, answered := 0, 0; confirmed < need && answered < len(clients); answered++ {
+	for confirmed, answered := 0, 0; confirmed < need && answered < len(nodes); answered++ {
 		select {
 		case ok := <-answers:
 			if ok {
@@ -199,8 +207,9 @@ func (w *waker) listen(ps *goredis.PubSub) {
 	}
 }
 
-// close unsubscribes and waits for the listeners to exit. A subscription
-// still under way (a stalled node) closes itself when it completes.
+// close unsubscribes and waits for the waker's goroutines: the listeners
+// exit at once, and a subscription still under way (a stalled node)
+// within the node timeout.
 func (w *waker) close() {
 	w.mu.Lock()
 	w.closed = true
@@ -209,5 +218,5 @@ func (w *waker) close() {
 	for _, ps := range subs {
 		_ = ps.Close()
 	}
-	w.listening.Wait()
+	w.wg.Wait()
 }

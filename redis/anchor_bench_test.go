@@ -86,13 +86,10 @@ func uncontended(b *testing.B, ours, anchor lockFn, anchorName string) {
 	})
 }
 
-// lockerFn is l's Lock, returning the grant's Unlock; l's stragglers are
+// lockerFn is l's Lock, returning the grant's Unlock; stragglers are
 // drained when b ends.
-func lockerFn(b *testing.B, l interface {
-	lock.Locker
-	drainer
-}) lockFn {
-	b.Cleanup(func() { drain(b, l) })
+func lockerFn(b *testing.B, l lock.Locker) lockFn {
+	b.Cleanup(func() { drain(b) })
 	return func(ctx context.Context) (func(context.Context) error, error) {
 		h, err := l.Lock(ctx)
 		if err != nil {

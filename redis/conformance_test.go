@@ -45,7 +45,7 @@ func clientBackend(t *testing.T, admin goredis.UniversalClient, newClient func(t
 		New: func(t *testing.T, name string) lock.Locker {
 			m, err := redis.New(newClient(t), name, opts...)
 			require.NoError(t, err)
-			drainAtEnd(t, m)
+			drainAtEnd(t)
 			return m
 		},
 		Lose: func(t *testing.T, h lock.Held) {
@@ -60,8 +60,6 @@ func clientBackend(t *testing.T, admin goredis.UniversalClient, newClient func(t
 			"typed nil client": func() error { _, err := redis.New((*goredis.Client)(nil), "x"); return err },
 			"ttl 0":            func() error { _, err := redis.New(admin, "x", redis.WithTTL(0)); return err },
 			"negative ttl":     func() error { _, err := redis.New(admin, "x", redis.WithTTL(-time.Second)); return err },
-			"drift factor 0.5": func() error { _, err := redis.New(admin, "x", redis.WithDriftFactor(0.5)); return err },
-			"drift factor -1":  func() error { _, err := redis.New(admin, "x", redis.WithDriftFactor(-1)); return err },
 			"nil option":       func() error { _, err := redis.New(admin, "x", nil); return err },
 			"owner with space": func() error { _, err := redis.New(admin, "x", redis.WithOwner("a b")); return err },
 		},
@@ -109,7 +107,7 @@ func redlockClientsBackend(t *testing.T, servers []*redistest.Server, newClients
 		New: func(t *testing.T, name string) lock.Locker {
 			r, err := redis.NewRedlock(newClients(t), name, opts...)
 			require.NoError(t, err)
-			drainAtEnd(t, r)
+			drainAtEnd(t)
 			return r
 		},
 		Lose: func(t *testing.T, h lock.Held) { deleteKey(t, admin, h) },
@@ -130,7 +128,7 @@ func redlockClientsBackend(t *testing.T, servers []*redistest.Server, newClients
 				return err
 			},
 			"ttl 0":            func() error { _, err := redis.NewRedlock(admin, "x", redis.WithTTL(0)); return err },
-			"drift factor 0.7": func() error { _, err := redis.NewRedlock(admin, "x", redis.WithDriftFactor(0.7)); return err },
+			"ttl within drift": func() error { _, err := redis.NewRedlock(admin, "x", redis.WithTTL(2*time.Millisecond)); return err },
 			"node timeout > ttl": func() error {
 				_, err := redis.NewRedlock(admin, "x", redis.WithTTL(time.Second), redis.WithNodeTimeout(2*time.Second))
 				return err

@@ -33,8 +33,7 @@ var (
 
 	// ErrNoQuorum is returned by Redlock's Lock, TryLock, Extend and Unlock
 	// when fewer than a majority of the nodes acted on the request. The
-	// *QuorumError that carries it says how many did and why the others did
-	// not.
+	// message says how many did and why each of the others did not.
 	ErrNoQuorum = errors.New("redis: no quorum")
 
 	// ErrNotReplicated is returned by Mutex's Lock and TryLock when WithReplicas
@@ -43,77 +42,59 @@ var (
 	ErrNotReplicated = errors.New("redis: grant not acknowledged by enough replicas")
 )
 
-// NodeError is the error of one Redlock node.
-type NodeError struct {
-	Node int    // the node's index in the clients passed to NewRedlock
-	Addr string // the node's address, if the client reveals it
-	Err  error
-}
-
-// Error names the node and quotes its error.
-func (e *NodeError) Error() string {
-	if e.Addr != "" {
-		return fmt.Sprintf("node %d (%s): %v", e.Node, e.Addr, e.Err)
-	}
-	return fmt.Sprintf("node %d: %v", e.Node, e.Err)
-}
-
-// Unwrap returns the node's error.
-func (e *NodeError) Unwrap() error { return e.Err }
-
-// QuorumError reports a Redlock operation that did not reach a majority. It
-// matches ErrNoQuorum; it also matches ErrLocked when some nodes refused
-// because another grant holds the lock there, and ErrLockLost when a
-// majority no longer holds this grant (Extend, Unlock).
-type QuorumError struct {
-	Op     string       // "lock", "try lock", "extend" or "unlock"
-	Name   string       // the lock name
-	OK     int          // nodes that acted on the request
-	Quorum int          // nodes needed: N/2+1
-	Nodes  int          // N
-	Held   int          // nodes where another grant holds the lock (lock) or this grant is gone (extend, unlock)
-	Errs   []*NodeError // nodes that failed, with why
-	// Expired is set when a majority granted the lock but the validity left
-	// after the fan-out was not positive.
-	Expired bool
+// quorumError reports a Redlock operation that did not reach a majority.
+// It matches ErrNoQuorum; also ErrLocked when some nodes refused because
+// another grant holds the lock there, ErrLockLost when a majority no
+// longer holds this grant (extend, unlock), and each node's error.
+type quorumError struct {
+	op      string  // "lock", "try lock", "extend" or "unlock"
+	name    string  // the lock name
+	ok      int     // nodes that acted on the request
+	quorum  int     // nodes needed: N/2+1
+	nodes   int     // N
+	held    int     // nodes where another grant holds the lock (acquire) or this grant is gone
+	errs    []error // one per node that failed, naming it
+	expired bool    // a majority granted, but no validity was left after the fan-out
 }
 
 // acquiring reports whether e is an acquire's (Lock or TryLock).
-func (e *QuorumError) acquiring() bool { return e.Op == "lock" || e.Op == "try lock" }
+func (e *quorumError) acquiring() bool { return e.op == "lock" || e.op == "try lock" }
 
-// Error says how many nodes acted and why the others did not.
-func (e *QuorumError) Error() string {
+func (e *quorumError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "redis: %q: %s: no quorum: %d of %d nodes, need %d", e.Name, e.Op, e.OK, e.Nodes, e.Quorum)
-	if e.Held > 0 {
+	fmt.Fprintf(&b, "redis: %q: %s: no quorum: %d of %d nodes, need %d", e.name, e.op, e.ok, e.nodes, e.quorum)
+	if e.held > 0 {
 		if e.acquiring() {
-			fmt.Fprintf(&b, "; held by another grant on %d", e.Held)
+			fmt.Fprintf(&b, "; held by another grant on %d", e.held)
 		} else {
-			fmt.Fprintf(&b, "; grant gone on %d", e.Held)
+			fmt.Fprintf(&b, "; grant gone on %d", e.held)
 		}
 	}
-	if e.Expired {
+	if e.expired {
 		b.WriteString("; no validity left after the fan-out")
 	}
-	for _, ne := range e.Errs {
+	for _, err := range e.errs {
 		b.WriteString("; ")
-		b.WriteString(ne.Error())
+		b.WriteString(err.Error())
 	}
 	return b.String()
 }
 
-// Unwrap returns ErrNoQuorum, ErrLocked or ErrLockLost as described on
-// QuorumError, and every node error.
-func (e *QuorumError) Unwrap() []error {
+func (e *quorumError) Unwrap() []error {
 	errs := []error{ErrNoQuorum}
-	if e.Held > 0 && e.acquiring() {
+	if e.held > 0 && e.acquiring() {
 		errs = append(errs, ErrLocked)
 	}
-	if !e.acquiring() && e.Held > e.Nodes-e.Quorum {
+	if !e.acquiring() && e.held > e.nodes-e.quorum {
 		errs = append(errs, ErrLockLost)
 	}
-	for _, ne := range e.Errs {
-		errs = append(errs, ne)
+	return append(errs, e.errs...)
+}
+
+// nodeError names node i (and its address, if known) in err.
+func nodeError(i int, addr string, err error) error {
+	if addr != "" {
+		return fmt.Errorf("node %d (%s): %w", i, addr, err)
 	}
-	return errs
+	return fmt.Errorf("node %d: %w", i, err)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -94,7 +95,33 @@ func ExampleGrant_Extend() {
 	}
 }
 
-func ExampleMutex_Owner() {
+func ExampleDrain() {
+	ctx := context.Background()
+	var clients []goredis.UniversalClient
+	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"} {
+		clients = append(clients, goredis.NewClient(&goredis.Options{Addr: addr}))
+	}
+	r, err := redis.NewRedlock(clients, "cache/rebuild")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if h, err := r.TryLock(ctx); err == nil {
+		// ... work ...
+		_ = h.Unlock(ctx)
+	}
+	// Unlock returned at a majority: let the requests still out finish
+	// (bounded), then close the clients.
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := redis.Drain(dctx, clients...); err != nil {
+		log.Print(err)
+	}
+	for _, c := range clients {
+		c.Close()
+	}
+}
+
+func ExampleWithOwner() {
 	ctx := context.Background()
 	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
@@ -102,7 +129,12 @@ func ExampleMutex_Owner() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if owner, held, err := m.Owner(ctx); err == nil && held {
-		fmt.Println("held by", owner)
+	h, err := m.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
 	}
+	defer h.Unlock(ctx)
+	// An operator sees the owner after the grant's random value.
+	v, _ := client.Get(ctx, redis.DefaultKeyPrefix+"{migrations}").Result()
+	fmt.Println(strings.Fields(v)[1]) // deployer-7
 }

@@ -22,9 +22,7 @@ type grantOps interface {
 	extend(ctx context.Context, value string) (time.Time, error)
 	// release deletes the grant. It returns an error matching ErrLockLost if
 	// the grant was no longer there, any other if the outcome is unknown.
-	// If it returned before the server answered (ctx ended), it may pass
-	// the answer to late when it arrives, in another goroutine.
-	release(ctx context.Context, value string, late func(error)) error
+	release(ctx context.Context, value string) error
 }
 
 type grantState int
@@ -171,11 +169,10 @@ func (g *Grant) Extend(ctx context.Context) error {
 // Redlock's, all of them). Done closes at once. It returns nil if the
 // grant was still held, an error matching ErrLockLost if it had ended first
 // (its deadline passed, or its key was gone), and another error if the
-// outcome is unknown (the server did not answer before ctx ended),
-// in which case calling Unlock again retries; a release that completes
-// later in the background settles the outcome for the next call. After a
-// nil return, Unlock returns nil again. Unlock waits for the grant's
-// watchdog, if any, to exit.
+// outcome is unknown (no answer within the node timeout or before ctx
+// ended), in which case calling Unlock again retries. After a nil return,
+// Unlock returns nil again. Unlock waits for the grant's watchdog, if
+// any, to exit.
 //
 // The Unlock that ends a held grant records its end once its release has
 // answered (or given up): a release, or a loss (dlock.lost, cause
@@ -201,11 +198,7 @@ func (g *Grant) Unlock(ctx context.Context) error {
 	// Release even a lost grant: its key may still be on the server (the
 	// local deadline runs out before the server's), and deleting it lets the
 	// next holder in sooner. The compare-and-delete keeps this safe.
-	rerr := g.ops.release(ctx, g.value, func(err error) {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.settleLocked(err)
-	})
+	rerr := g.ops.release(ctx, g.value)
 
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -34,14 +34,6 @@ func newValue(owner string) string {
 	return v
 }
 
-// ownerOf returns the owner part of a grant value.
-func ownerOf(value string) string {
-	if len(value) > 33 && value[32] == ' ' {
-		return value[33:]
-	}
-	return ""
-}
-
 // acquireScript grants the lock if it is free and mints the token; a
 // refused waiter is registered (a Mutex's wake-one release).
 //

@@ -8,7 +8,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
@@ -33,15 +32,11 @@ import (
 // through it, each getting its own grant. The zero value is not usable; call
 // New.
 type Mutex struct {
-	client goredis.UniversalClient
-	name   string
-	keys   keys
-	o      options
-	tel    *obs.T
-	tasks  tasks // stragglers: see Drain
-	// capped: the client honours ctx deadlines, so commands run in the
-	// caller's goroutine with their deadline capped (see call).
-	capped bool
+	node node
+	name string
+	keys keys
+	o    options
+	tel  *obs.T
 }
 
 var _ lock.Locker = (*Mutex)(nil)
@@ -51,8 +46,8 @@ var _ lock.Locker = (*Mutex)(nil)
 // (errors match ErrInvalidOption and name the field). It does not contact
 // the server.
 func New(client goredis.UniversalClient, name string, opts ...Option) (*Mutex, error) {
-	if isNil(client) {
-		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
+	if err := checkClient(client, "client"); err != nil {
+		return nil, err
 	}
 	o, err := build(name, opts, false)
 	if err != nil {
@@ -65,11 +60,8 @@ func New(client goredis.UniversalClient, name string, opts ...Option) (*Mutex, e
 			return nil, fmt.Errorf("%w: replicas: WAIT needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalidOption, client)
 		}
 	}
-	return &Mutex{client: client, name: name, keys: newKeys(o.prefix, name), o: o, tel: obs.New(o.tel, "redis"), capped: honoursDeadlines(client)}, nil
+	return &Mutex{node: newNode(client, o.nodeTimeout), name: name, keys: newKeys(o.prefix, name), o: o, tel: obs.New(o.tel, "redis")}, nil
 }
-
-// Name returns the lock's name.
-func (m *Mutex) Name() string { return m.name }
 
 // LockKey returns "redis:" and the lock's key: its place in lock.LockAll's
 // order.
@@ -89,14 +81,12 @@ func (m *Mutex) Capabilities() lock.Capabilities {
 }
 
 // Lock waits until the lock is granted or ctx ends. A waiter is woken by the
-// holder's release notification and otherwise polls with jittered backoff,
-// never later than the holder's TTL; waiters are not served in order. When
-// ctx ends it returns promptly (within the node timeout), even while a
-// command is outstanding on a stalled node, with an error matching
-// ctx.Err(), and leaves no key behind: a command that may still land is
-// followed by a compare-and-delete when it completes (see Drain). Errors
-// other than contention (a node down) are retried until ctx ends; the last
-// one is quoted in the returned error. The lock.Held is a *Grant.
+// holder's release and otherwise polls with jittered backoff, never later
+// than the holder's TTL; waiters are not served in order. When ctx ends it
+// returns an error matching ctx.Err() within about the node timeout, also
+// from a stalled node, and leaves no key behind. Errors other than
+// contention (a node down) are retried until ctx ends; the last one is
+// quoted in the returned error. The lock.Held is a *Grant.
 func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
 	return observe(ctx, m.tel, m.name, "lock", func(ctx context.Context) (*Grant, bool, error) {
 		return acquire(ctx, m, m.name, &m.o)
@@ -104,9 +94,9 @@ func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
 }
 
 // TryLock makes one attempt: it returns an error matching ErrLocked (and
-// lock.ErrLocked) at once if another grant holds the lock. Like Lock, it
-// returns when ctx ends (within the node timeout) even if the node has not
-// answered. The lock.Held is a *Grant.
+// lock.ErrLocked) at once if another grant holds the lock, and any other
+// error (a node down, no reply within the node timeout) as it is. The
+// lock.Held is a *Grant.
 func (m *Mutex) TryLock(ctx context.Context) (lock.Held, error) {
 	return observe(ctx, m.tel, m.name, "try lock", func(ctx context.Context) (*Grant, bool, error) {
 		if err := ctx.Err(); err != nil {
@@ -117,32 +107,6 @@ func (m *Mutex) TryLock(ctx context.Context) (lock.Held, error) {
 	})
 }
 
-// Owner returns the owner stored (WithOwner) by the current holder, and
-// whether the lock is held at all.
-func (m *Mutex) Owner(ctx context.Context) (owner string, held bool, err error) {
-	v, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, m.capped, func(ctx context.Context) (string, error) { return m.client.Get(ctx, m.keys.lock).Result() }, nil)
-	if errors.Is(err, goredis.Nil) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, errs.New("redis", m.name, "owner", err)
-	}
-	return ownerOf(v), true, nil
-}
-
-// Drain waits until the background work of earlier calls on m has ended,
-// or ctx ends (then it returns ctx's error). That work is the stragglers:
-// commands whose caller's ctx ended before the node answered, and the
-// compare-and-delete that follows one that may have granted. Each ends
-// when the node answers or the client's own timeouts pass (see the package
-// documentation, "Stragglers"). Call Drain before closing the client, so
-// that those cleanups can still reach the node. m stays usable during and
-// after Drain. When Drain returns, no goroutine of m's is left: it also
-// ends the workers that stay warm for m's next call (on a client with
-// go-redis' default options each command runs in one, as does a waiter's
-// subscription; they exit on their own 100 ms after their last task).
-func (m *Mutex) Drain(ctx context.Context) error { return m.tasks.wait(ctx) }
-
 // acquireReply is the acquire script's answer.
 type acquireReply struct {
 	granted bool
@@ -152,23 +116,20 @@ type acquireReply struct {
 func (m *Mutex) attempt(ctx context.Context, op, wid string) (*Grant, time.Duration, error) {
 	value := newValue(m.o.owner)
 	start := time.Now()
-	// WAIT may take longer than the node timeout: with replicas the
-	// acquire is not capped.
-	r, err, ok := call(ctx, &m.tasks, m.o.nodeTimeout, m.capped && m.o.replicas == 0, func(ctx context.Context) (acquireReply, error) { return m.grant(ctx, value, wid) },
-		func(r acquireReply, err error) {
-			// The caller gave up on this attempt: undo it if it may have
-			// granted.
-			if err != nil || r.granted {
-				m.releaseDetached(ctx, value)
-			}
-		})
-	if !ok {
-		return nil, 0, errs.New("redis", m.name, op, err)
+	// WAIT may take its own timeout on top of the node timeout.
+	d := m.o.nodeTimeout
+	if m.o.replicas > 0 {
+		d += m.o.replicaTimeout
 	}
+	var r acquireReply
+	err := m.node.do(ctx, m.keys.lock, d, func(ctx context.Context, c goredis.UniversalClient) (err error) {
+		r, err = m.grant(ctx, c, value, wid)
+		return err
+	})
 	if err != nil {
 		// The script may have run although we saw no reply (a timeout):
 		// delete what may be ours.
-		m.cleanup(ctx, value)
+		m.undo(ctx, value)
 		return nil, 0, errs.New("redis", m.name, op, err)
 	}
 	if !r.granted {
@@ -176,60 +137,50 @@ func (m *Mutex) attempt(ctx context.Context, op, wid string) (*Grant, time.Durat
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		// Granted after the caller's ctx ended: give it back.
-		m.cleanup(ctx, value)
+		m.undo(ctx, value)
 		return nil, 0, errs.New("redis", m.name, op, cerr)
 	}
 	if !time.Now().Before(start.Add(m.o.ttl - m.o.driftAllowance())) {
-		m.cleanup(ctx, value)
+		m.undo(ctx, value)
 		return nil, 0, errs.New("redis", m.name, op, fmt.Errorf("no validity left after the acquire round trip (ttl %v)", m.o.ttl))
 	}
 	return newGrant(m.name, uint64(r.n), value, m, &m.o, start, m.tel), 0, nil
 }
 
-// cleanup deletes the grant value if it is still there, with a detached
-// bounded context; it returns when that is done, or at most the node
-// timeout after ctx ended (the delete then finishes in the background).
-// On a capped client (when ctx can end) it waits at most the node timeout
-// from now, as its commands do.
-func (m *Mutex) cleanup(ctx context.Context, value string) {
-	wait := ctx
-	if m.capped && ctx.Done() != nil {
-		var cancel context.CancelFunc
-		wait, cancel = context.WithDeadline(ctx, time.Now())
-		defer cancel()
+// undo deletes the grant value if it is still there (and wakes a waiter
+// if it was), as an acquire that failed, came too late or may have
+// landed unseen must: at once, within the node timeout, even if ctx
+// ended; if that gets no answer either, again in the background, so that
+// a node that stalled gets the delete when it resumes.
+func (m *Mutex) undo(ctx context.Context, value string) {
+	release := func(ctx context.Context, c goredis.UniversalClient) error {
+		if err := m.releaseOn(ctx, c, value); err != nil && !errors.Is(err, ErrLockLost) {
+			return err
+		}
+		return nil
 	}
-	// Not capped itself: the delete goes on in the background if need be.
-	_, _, _ = call(wait, &m.tasks, m.o.nodeTimeout, false, func(context.Context) (struct{}, error) {
-		m.releaseDetached(ctx, value)
-		return struct{}{}, nil
-	}, nil)
-}
-
-// releaseDetached deletes the grant value if it is still there (and wakes
-// a waiter if it was), with a detached bounded context.
-func (m *Mutex) releaseDetached(ctx context.Context, value string) {
-	cctx, cancel := cleanup.Context(ctx)
-	defer cancel()
-	_ = m.releaseOn(cctx, m.client, value)
+	if m.node.do(context.WithoutCancel(ctx), m.keys.lock, m.o.nodeTimeout, release) != nil {
+		m.node.cleanup(ctx, m.keys.lock, release)
+	}
 }
 
 // grant runs the acquire script (and WAIT, if asked) as waiter wid.
-func (m *Mutex) grant(ctx context.Context, value, wid string) (acquireReply, error) {
+func (m *Mutex) grant(ctx context.Context, c goredis.UniversalClient, value, wid string) (acquireReply, error) {
 	if m.o.replicas == 0 {
-		return m.runAcquire(ctx, m.client, value, wid)
+		return m.runAcquire(ctx, c, value, wid)
 	}
 	// WAIT counts the writes of its own connection: run both on one.
-	var c *goredis.Client
-	switch cl := m.client.(type) {
+	var cl *goredis.Client
+	switch c := c.(type) {
 	case *goredis.Client:
-		c = cl
+		cl = c
 	case *goredis.ClusterClient:
 		var err error
-		if c, err = cl.MasterForKey(ctx, m.keys.lock); err != nil {
+		if cl, err = c.MasterForKey(ctx, m.keys.lock); err != nil {
 			return acquireReply{}, err
 		}
 	}
-	conn := c.Conn()
+	conn := cl.Conn()
 	defer conn.Close()
 	r, err := m.runAcquire(ctx, conn, value, wid)
 	if err != nil || !r.granted {
@@ -271,28 +222,28 @@ func (m *Mutex) waitersTTL() time.Duration { return m.o.ttl + 2*m.o.retryMax }
 // subscribe implements attempter: waiter wid listens on its own channel,
 // on which a release wakes the oldest waiter only (wake-one).
 func (m *Mutex) subscribe(ctx context.Context, wid string) *waker {
-	return subscribe(ctx, &m.tasks, []goredis.UniversalClient{m.client}, m.keys.wake+wid, 1, m.o.nodeTimeout)
+	return subscribe(ctx, []*node{&m.node}, m.keys.lock, m.keys.wake+wid, 1)
 }
 
 // leave implements attempter: waiter wid, which gives up, leaves the
-// waiters in the background (a detached, bounded call); if the lock is
-// free then, the next waiter is woken, in case wid had taken the wake-up.
-// Were the call lost, the next release would skip wid (nobody listens on
-// its channel) and the waiters key expires on its own.
+// waiters; if the lock is free then, the next waiter is woken, in case
+// wid had taken the wake-up. Were the call lost, the next release would
+// skip wid (nobody listens on its channel) and the waiters key expires on
+// its own.
 func (m *Mutex) leave(ctx context.Context, wid string) {
-	m.tasks.goTask(func() {
-		cctx, cancel := cleanup.Context(ctx)
-		defer cancel()
-		_ = leaveScript.Run(cctx, m.client, []string{m.keys.lock, m.keys.waiters}, wid, m.keys.wake, wakeTries).Err()
+	_ = m.node.do(context.WithoutCancel(ctx), m.keys.lock, m.o.nodeTimeout, func(ctx context.Context, c goredis.UniversalClient) error {
+		return leaveScript.Run(ctx, c, []string{m.keys.lock, m.keys.waiters}, wid, m.keys.wake, wakeTries).Err()
 	})
 }
 
 // extend implements grantOps.
 func (m *Mutex) extend(ctx context.Context, value string) (time.Time, error) {
 	start := time.Now()
-	n, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, m.capped, func(ctx context.Context) (int64, error) {
-		return extendScript.Run(ctx, m.client, []string{m.keys.lock}, value, m.o.ttl.Milliseconds()).Int64()
-	}, nil)
+	var n int64
+	err := m.node.do(ctx, m.keys.lock, m.o.nodeTimeout, func(ctx context.Context, c goredis.UniversalClient) (err error) {
+		n, err = extendScript.Run(ctx, c, []string{m.keys.lock}, value, m.o.ttl.Milliseconds()).Int64()
+		return err
+	})
 	if err != nil {
 		return start, err
 	}
@@ -303,11 +254,10 @@ func (m *Mutex) extend(ctx context.Context, value string) (time.Time, error) {
 }
 
 // release implements grantOps.
-func (m *Mutex) release(ctx context.Context, value string, late func(error)) error {
-	_, err, _ := call(ctx, &m.tasks, m.o.nodeTimeout, m.capped, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, m.releaseOn(ctx, m.client, value)
-	}, func(_ struct{}, err error) { late(err) })
-	return err
+func (m *Mutex) release(ctx context.Context, value string) error {
+	return m.node.do(ctx, m.keys.lock, m.o.nodeTimeout, func(ctx context.Context, c goredis.UniversalClient) error {
+		return m.releaseOn(ctx, c, value)
+	})
 }
 
 func (m *Mutex) releaseOn(ctx context.Context, c goredis.Scripter, value string) error {
@@ -319,33 +269,4 @@ func (m *Mutex) releaseOn(ctx context.Context, c goredis.Scripter, value string)
 		return fmt.Errorf("key expired or taken over: %w", ErrLockLost)
 	}
 	return nil
-}
-
-// honoursDeadlines reports whether c is a go-redis client built with
-// ContextTimeoutEnabled, which bounds reads and writes by ctx's deadline.
-func honoursDeadlines(c goredis.UniversalClient) bool {
-	switch cl := c.(type) {
-	case *goredis.Client:
-		return cl.Options().ContextTimeoutEnabled
-	case *goredis.ClusterClient:
-		return cl.Options().ContextTimeoutEnabled
-	case *goredis.Ring:
-		return cl.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
-// isNil reports whether c is nil or a typed nil of a known client type.
-func isNil(c goredis.UniversalClient) bool {
-	switch cl := c.(type) {
-	case nil:
-		return true
-	case *goredis.Client:
-		return cl == nil
-	case *goredis.ClusterClient:
-		return cl == nil
-	case *goredis.Ring:
-		return cl == nil
-	}
-	return false
 }

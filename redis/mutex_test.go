@@ -50,7 +50,6 @@ func TestNewBadInput(t *testing.T) {
 		{"empty name", lock.ErrInvalidName, "empty", func() error { _, err := redis.New(c, ""); return err }},
 		{"ttl 0", redis.ErrInvalidOption, "ttl", func() error { _, err := redis.New(c, "x", redis.WithTTL(0)); return err }},
 		{"ttl under drift", redis.ErrInvalidOption, "ttl", func() error { _, err := redis.New(c, "x", redis.WithTTL(time.Millisecond)); return err }},
-		{"drift factor", redis.ErrInvalidOption, "drift factor", func() error { _, err := redis.New(c, "x", redis.WithDriftFactor(0.9)); return err }},
 		{"prefix", redis.ErrInvalidOption, "key prefix", func() error { _, err := redis.New(c, "x", redis.WithKeyPrefix("a{")); return err }},
 		{"retry", redis.ErrInvalidOption, "retry max", func() error {
 			_, err := redis.New(c, "x", redis.WithRetry(time.Second, time.Millisecond))
@@ -72,7 +71,7 @@ func TestNewBadInput(t *testing.T) {
 			_, err := redis.NewRedlock([]goredis.UniversalClient{c, clients[1], dup}, "x")
 			return err
 		}},
-		{"redlock drift", redis.ErrInvalidOption, "drift factor", func() error { _, err := redis.NewRedlock(clients, "x", redis.WithDriftFactor(-0.1)); return err }},
+		{"redlock ttl", redis.ErrInvalidOption, "drift allowance", func() error { _, err := redis.NewRedlock(clients, "x", redis.WithTTL(2*time.Millisecond)); return err }},
 		{"redlock node timeout", redis.ErrInvalidOption, "node timeout", func() error {
 			_, err := redis.NewRedlock(clients, "x", redis.WithNodeTimeout(0))
 			return err
@@ -200,19 +199,19 @@ func TestAutoExtendDetectsLoss(t *testing.T) {
 	assert.ErrorIs(t, h.Unlock(ctx), lock.ErrLockLost)
 }
 
+// TestOwner: the owner is stored in the lock key, after the grant's
+// random value and a space, for operators to read.
 func TestOwner(t *testing.T) {
 	ctx := t.Context()
 	s := redistest.Start(t)
 	m := newMutex(t, s.Client(t), "owned", redis.WithOwner("host-1/pid-42"))
-	owner, held, err := m.Owner(ctx)
-	require.NoError(t, err)
-	assert.False(t, held)
-	assert.Empty(t, owner)
 	h, err := m.Lock(ctx)
 	require.NoError(t, err)
-	owner, held, err = m.Owner(ctx)
+	v, err := s.Client(t).Get(ctx, redis.DefaultKeyPrefix+"{owned}").Result()
 	require.NoError(t, err)
-	assert.True(t, held)
+	random, owner, ok := strings.Cut(v, " ")
+	require.True(t, ok, "%q has an owner part", v)
+	assert.Len(t, random, 32)
 	assert.Equal(t, "host-1/pid-42", owner)
 	require.NoError(t, h.Unlock(ctx))
 }

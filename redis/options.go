@@ -23,25 +23,18 @@ const (
 	// acquire attempts when WithRetry is not given.
 	DefaultRetryMin = 20 * time.Millisecond
 	DefaultRetryMax = 500 * time.Millisecond
-	// DefaultDriftFactor is the share of the TTL subtracted from the local
-	// validity for clock drift when WithDriftFactor is not given (2ms are
-	// always subtracted on top, as in the Redlock algorithm).
-	DefaultDriftFactor = 0.01
-	// MaxDriftFactor bounds WithDriftFactor (exclusive).
-	MaxDriftFactor = 0.5
-	// DefaultNodeTimeout bounds how long a Redlock call waits for each
-	// node, and a Mutex command (on a client that honours ctx deadlines) or
-	// how long a Mutex call still waits for its node after its ctx ended
-	// (on other clients), when WithNodeTimeout is not given. It also bounds how long
-	// a waiting Lock waits for its subscription to release notifications
-	// to be confirmed.
+	// DefaultNodeTimeout bounds each command on a node when WithNodeTimeout
+	// is not given.
 	DefaultNodeTimeout = 200 * time.Millisecond
 	// DefaultReplicaTimeout is WAIT's timeout when WithReplicas is given a
 	// zero timeout.
 	DefaultReplicaTimeout = 100 * time.Millisecond
-	// driftFloor is subtracted from every validity on top of the drift
-	// factor: the resolution of Redis' expiry clock and ours.
-	driftFloor = 2 * time.Millisecond
+	// driftFactor is the share of the TTL subtracted from the local
+	// validity for the clock rates of this process and the servers, as
+	// in the Redlock algorithm; driftFloor is subtracted on top: the
+	// resolution of Redis' expiry clock and ours.
+	driftFactor = 0.01
+	driftFloor  = 2 * time.Millisecond
 )
 
 // Option configures a Mutex or a Redlock. Options that apply to one of them
@@ -53,7 +46,6 @@ type options struct {
 	prefix         string
 	retryMin       time.Duration
 	retryMax       time.Duration
-	drift          float64
 	nodeTimeout    time.Duration
 	autoExtend     bool
 	maxHold        time.Duration
@@ -69,55 +61,35 @@ func defaults() options {
 		prefix:      DefaultKeyPrefix,
 		retryMin:    DefaultRetryMin,
 		retryMax:    DefaultRetryMax,
-		drift:       DefaultDriftFactor,
 		nodeTimeout: DefaultNodeTimeout,
 	}
 }
 
 // WithTTL sets the lock validity: the key expires on the server after ttl,
-// and the grant's Done closes a little earlier (ttl minus the drift, counted
-// from before the acquire was sent). Optional, defaults to DefaultTTL (10s).
-// It must be positive and longer than the drift it implies.
+// and a grant's Done closes a little earlier (1% and 2ms less, counted from
+// just before the acquire was sent). Optional, defaults to DefaultTTL
+// (10s). It must be positive and longer than that allowance.
 func WithTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
 
-// WithKeyPrefix sets the prefix of every key and channel: the lock key is
-// prefix+"{"+name+"}", its token counter the same plus ":seq", a Mutex's
-// waiters (a sorted set) the same plus ":waiters" and each waiter's
-// channel plus ":w:" and the waiter's ID, a Redlock's release channel
-// plus ":released". The braces make them one Redis Cluster hash slot. Optional, defaults to DefaultKeyPrefix ("dlock:"). It must not
-// contain '{' or '}'.
+// WithKeyPrefix sets the prefix of the lock's keys and channels: the lock
+// key is prefix+"{"+name+"}", and the others add a suffix to it (the hash
+// tag keeps them in one Cluster slot). Optional, defaults to
+// DefaultKeyPrefix ("dlock:"). It must not contain '{' or '}'.
 func WithKeyPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
-// WithRetry sets the bounds of the jittered exponential backoff between
-// acquire attempts in Lock. A waiter is also woken by the release
-// notification, so the backoff matters only when that is missed (expiry,
-// a lost subscription). Optional, defaults to DefaultRetryMin (20ms) and
-// DefaultRetryMax (500ms). min must be positive and max at least min.
+// WithRetry bounds the jittered exponential backoff between Lock's
+// attempts; a release notification wakes a waiter sooner. Optional,
+// defaults to DefaultRetryMin (20ms) and DefaultRetryMax (500ms). min must
+// be positive and max at least min.
 func WithRetry(min, max time.Duration) Option {
 	return func(o *options) { o.retryMin, o.retryMax = min, max }
 }
 
-// WithDriftFactor sets the share of the TTL by which the local validity is
-// shortened to allow for clock rate differences between this process and
-// the Redis servers (plus 2ms). Optional, defaults to DefaultDriftFactor
-// (0.01). It must be in [0, MaxDriftFactor).
-func WithDriftFactor(f float64) Option { return func(o *options) { o.drift = f } }
-
-// WithNodeTimeout bounds how long a Redlock call (acquire, extend, release)
-// waits for the nodes: one that has not answered by then counts as failed
-// for the call, whatever its client's own timeouts, so that a dead or
-// stalled node costs at most this much of the validity. A call decides
-// sooner when the answers so far settle it (a majority acted, or cannot);
-// the requests it did not wait for finish in the background (see the
-// package documentation, "Stragglers"). The request's ctx carries the same
-// deadline, for clients that honour it. On a Mutex whose client honours
-// ctx deadlines (ContextTimeoutEnabled) it caps each command's deadline,
-// when the caller's ctx can end: a command that has no reply by then
-// fails. On other clients it bounds how long a call still waits for its
-// node after the caller's ctx ended (so that it can learn the outcome and
-// clean up) before it returns and leaves the command to the background.
-// Optional, defaults to DefaultNodeTimeout
-// (200ms). It must be positive, and for a Redlock shorter than the TTL.
+// WithNodeTimeout bounds each command on a node: one without a reply by
+// then fails (Lock retries; a Redlock call counts that node as failed), so
+// a stalled node holds no call for longer. Optional, defaults to
+// DefaultNodeTimeout (200ms). It must be positive, and for a Redlock
+// shorter than the TTL.
 func WithNodeTimeout(d time.Duration) Option { return func(o *options) { o.nodeTimeout = d } }
 
 // WithAutoExtend starts a watchdog with every grant that extends it every
@@ -129,19 +101,17 @@ func WithAutoExtend(maxHold time.Duration) Option {
 	return func(o *options) { o.autoExtend, o.maxHold = true, maxHold }
 }
 
-// WithOwner stores owner (for example "host-3/pid-42") with every grant, so
-// operators can see who holds a lock (Mutex.Owner). Optional, defaults to
-// none. It must be printable ASCII without spaces, at most 256 bytes.
+// WithOwner stores owner (for example "host-3/pid-42") in every grant's
+// key, after its random value and a space, so that operators can see who
+// holds a lock. Optional, defaults to none. It must be printable ASCII
+// without spaces, at most 256 bytes.
 func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }
 
-// WithReplicas makes a single-node grant count only after n replicas
-// acknowledged it (WAIT n timeout); otherwise the grant is released and
-// Lock retries (TryLock returns ErrNotReplicated). It narrows, but does not
-// close, the window in which a failover loses the lock: WAIT does not make
-// Redis replication synchronous. Mutex only; the client must be a
-// *goredis.Client (plain or failover) or a *goredis.ClusterClient.
-// Optional, defaults to 0 (no WAIT). n must not be negative; a zero timeout
-// means DefaultReplicaTimeout (100ms), a negative one is an error.
+// WithReplicas makes a Mutex grant (on a *goredis.Client or ClusterClient)
+// count only once n replicas acknowledged it (WAIT n timeout); otherwise
+// it is released and TryLock returns ErrNotReplicated (Lock retries). It
+// narrows, not closes, the window in which a failover loses a grant.
+// Optional, defaults to 0; a zero timeout means DefaultReplicaTimeout.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) { o.replicas, o.replicaTimeout = n, timeout }
 }
@@ -169,20 +139,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.tel.Logger = l } }
 
 func (o *options) driftAllowance() time.Duration {
-	return time.Duration(float64(o.ttl)*o.drift) + driftFloor
-}
-
-// ValidateOptions reports whether New would accept opts, without I/O:
-// errors match ErrInvalidOption and name the option.
-func ValidateOptions(opts ...Option) error {
-	_, err := build("-", opts, false)
-	return err
-}
-
-// ValidateRedlockOptions reports whether NewRedlock would accept opts.
-func ValidateRedlockOptions(opts ...Option) error {
-	_, err := build("-", opts, true)
-	return err
+	return time.Duration(float64(o.ttl)*driftFactor) + driftFloor
 }
 
 // build validates name and applies opts to the defaults, then validates
@@ -202,9 +159,6 @@ func build(name string, opts []Option, redlock bool) (options, error) {
 func (o *options) validate(redlock bool) error {
 	if o.ttl <= 0 {
 		return fmt.Errorf("%w: ttl %v must be positive", ErrInvalidOption, o.ttl)
-	}
-	if o.drift < 0 || o.drift >= MaxDriftFactor || o.drift != o.drift {
-		return fmt.Errorf("%w: drift factor %v must be in [0, %v)", ErrInvalidOption, o.drift, MaxDriftFactor)
 	}
 	if d := o.driftAllowance(); o.ttl <= d {
 		return fmt.Errorf("%w: ttl %v must be longer than the drift allowance %v", ErrInvalidOption, o.ttl, d)

@@ -8,7 +8,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
@@ -23,8 +22,8 @@ const MinRedlockNodes = 3
 // (acquire, extend, release) decides as soon as the answers so far settle
 // it (a majority acted, or cannot) or the node timeout passed, without
 // waiting for the other nodes: a stalled node costs nothing while a
-// majority answers, and at most the node timeout otherwise. Their requests
-// finish in the background (Drain waits for them).
+// majority answers, and at most the node timeout otherwise. The requests
+// it did not wait for finish in the background (see Drain).
 //
 // It survives the crash of a minority of nodes, under the assumptions that
 // the package documentation lists (bounded clock drift and pauses, nodes
@@ -36,14 +35,13 @@ const MinRedlockNodes = 3
 // A Redlock is a handle, safe for concurrent use. The zero value is not
 // usable; call NewRedlock.
 type Redlock struct {
-	clients []goredis.UniversalClient
-	addrs   []string
-	name    string
-	keys    keys
-	o       options
-	quorum  int
-	tel     *obs.T
-	tasks   tasks // stragglers: see Drain
+	nodes  []node
+	addrs  []string
+	name   string
+	keys   keys
+	o      options
+	quorum int
+	tel    *obs.T
 }
 
 var _ lock.Locker = (*Redlock)(nil)
@@ -53,17 +51,15 @@ var _ lock.Locker = (*Redlock)(nil)
 // nil and no two the same client or address (errors match ErrInvalidOption
 // and name the field), a name that lock.ValidateName accepts (errors match
 // ErrInvalidName), and valid options. An even N is accepted but tolerates no
-// more failures than N−1 nodes would. Clients with go-redis' default
-// options (ContextTimeoutEnabled false) are fine. It does not contact the
-// servers.
+// more failures than N−1 nodes would. It does not contact the servers.
 func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) (*Redlock, error) {
 	if len(clients) < MinRedlockNodes {
 		return nil, fmt.Errorf("%w: clients: redlock needs at least %d independent nodes, got %d", ErrInvalidOption, MinRedlockNodes, len(clients))
 	}
 	addrs := make([]string, len(clients))
 	for i, c := range clients {
-		if isNil(c) {
-			return nil, fmt.Errorf("%w: clients[%d] is nil", ErrInvalidOption, i)
+		if err := checkClient(c, fmt.Sprintf("clients[%d]", i)); err != nil {
+			return nil, err
 		}
 		if cl, ok := c.(*goredis.Client); ok {
 			addrs[i] = cl.Options().Addr
@@ -81,26 +77,24 @@ func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
+	nodes := make([]node, len(clients))
+	for i, c := range clients {
+		nodes[i] = newNode(c, o.nodeTimeout)
+	}
 	return &Redlock{
-		clients: append([]goredis.UniversalClient(nil), clients...),
-		addrs:   addrs,
-		name:    name,
-		keys:    newKeys(o.prefix, name),
-		o:       o,
-		quorum:  len(clients)/2 + 1,
-		tel:     obs.New(o.tel, "redlock"),
+		nodes:  nodes,
+		addrs:  addrs,
+		name:   name,
+		keys:   newKeys(o.prefix, name),
+		o:      o,
+		quorum: len(clients)/2 + 1,
+		tel:    obs.New(o.tel, "redlock"),
 	}, nil
 }
-
-// Name returns the lock's name.
-func (r *Redlock) Name() string { return r.name }
 
 // LockKey returns "redlock:" and the lock's key: its place in
 // lock.LockAll's order.
 func (r *Redlock) LockKey() string { return "redlock:" + r.keys.lock }
-
-// Quorum returns how many nodes a grant needs: N/2+1.
-func (r *Redlock) Quorum() int { return r.quorum }
 
 // Capabilities reports what a Redlock guarantees: no fencing tokens, no FIFO
 // order, TTL liveness, and exclusion that survives the loss of a minority
@@ -125,10 +119,10 @@ func (r *Redlock) Lock(ctx context.Context) (lock.Held, error) {
 	})
 }
 
-// TryLock makes one attempt. If no majority grants the lock it returns a
-// *QuorumError, which matches ErrNoQuorum, and also ErrLocked (and
-// lock.ErrLocked) if another grant holds the lock on some nodes. The
-// lock.Held is a *Grant whose Token has Seq 0.
+// TryLock makes one attempt. If no majority grants the lock it returns an
+// error matching ErrNoQuorum, and also ErrLocked (and lock.ErrLocked) if
+// another grant holds the lock on some nodes; the message names each node
+// that failed. The lock.Held is a *Grant whose Token has Seq 0.
 func (r *Redlock) TryLock(ctx context.Context) (lock.Held, error) {
 	return observe(ctx, r.tel, r.name, "try lock", func(ctx context.Context) (*Grant, bool, error) {
 		if err := ctx.Err(); err != nil {
@@ -139,30 +133,18 @@ func (r *Redlock) TryLock(ctx context.Context) (lock.Held, error) {
 	})
 }
 
-// Drain waits until the background work of earlier calls on r has ended,
-// or ctx ends (then it returns ctx's error). That work is the stragglers:
-// requests to nodes that had not answered when a call decided without
-// them (a quorum had answered, the node timeout passed, or the caller's
-// ctx ended), and the compare-and-delete that follows a straggler whose
-// SET may have landed after its acquire failed or its grant was released.
-// Each ends when its node answers or the client's own timeouts pass (see
-// the package documentation, "Stragglers"). Call Drain before closing the
-// clients, so that those cleanups can still reach the nodes. r stays
-// usable during and after Drain. When Drain returns, no goroutine of r's
-// is left: it also ends the workers that stay warm for r's next call (each
-// node request runs in one; they exit on their own 100 ms after their
-// last task).
-func (r *Redlock) Drain(ctx context.Context) error { return r.tasks.wait(ctx) }
-
 // nodeResult is one node's reply in a fan-out.
 type nodeResult struct {
 	n   int64
 	err error
 }
 
+// nodeFunc is one request to a node, on the client that node.do gives.
+type nodeFunc func(ctx context.Context, c goredis.UniversalClient) (int64, error)
+
 // round is one request fanned out to some of the nodes. Replies that
 // arrive before the round is decided count; later ones go to the round's
-// late handler, in the node's task.
+// late handler, in the node's goroutine.
 type round struct {
 	mu      sync.Mutex
 	res     []nodeResult // by node index
@@ -182,35 +164,33 @@ type round struct {
 	wake chan struct{} // the replies settle the round, or all arrived
 }
 
-// fanout sends fn to nodes, each in a task whose ctx keeps ctx's values and
-// is bounded by the node timeout alone, whatever becomes of ctx, and
-// decides as soon as every node answered, enough (called by each reply's
-// task with the counts so far: n == 1, other n, errors) says the outcome is
-// settled, the node timeout passed, or ctx ended; the caller is woken once,
-// when the round can be decided, not per reply. Nodes that had not
-// answered by then are stragglers: their task goes on until the node
-// answers or go-redis gives up, and late (if not nil) then receives the
-// reply. It returns the round and the tally at the decision, in which a
-// node that had not answered counts as failed only if the timeout or ctx
-// decided.
-func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ctx context.Context, c goredis.UniversalClient) (int64, error),
-	enough func(ok, held, failed int) bool, late func(rd *round, i int, nr nodeResult)) (*round, *QuorumError) {
+// fanout sends fn to nodes, each in a goroutine counted against its
+// client (see Drain) and bounded by the node timeout alone, whatever
+// becomes of ctx (a straggler must still reach its node: go-redis drops
+// a command that waits for a connection when its ctx ends), and decides
+// as soon as every node answered, enough (called with the counts so far:
+// n == 1, other n, errors) says the outcome is settled, the node timeout
+// passed, or ctx ended; the caller is woken once, when the round can be
+// decided, not per reply. A node that answers after that is a straggler:
+// late (if not nil) receives its reply. fanout returns the round and the
+// tally at the decision, in which a node that had not answered counts as
+// failed only if the timeout or ctx decided.
+func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn nodeFunc,
+	enough func(ok, held, failed int) bool, late func(rd *round, i int, nr nodeResult)) (*round, *quorumError) {
 	rd := &round{
-		res:  make([]nodeResult, len(r.clients)),
-		got:  make([]bool, len(r.clients)),
-		kept: make([]bool, len(r.clients)),
+		res:  make([]nodeResult, len(r.nodes)),
+		got:  make([]bool, len(r.nodes)),
+		kept: make([]bool, len(r.nodes)),
 		wake: make(chan struct{}, 1),
 	}
 	for _, i := range nodes {
-		r.tasks.goTask(func() {
-			// Bounded by the node timeout, not by ctx: the caller cancels
-			// ctx once the round is decided (defer cancel()), and a
-			// straggler must still reach its node (a release above all:
-			// go-redis drops a command that waits for a connection when
-			// its ctx ends).
-			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.nodeTimeout)
-			n, err := fn(nctx, r.clients[i])
-			cancel()
+		nd := &r.nodes[i]
+		goCounted(nd.client, func() {
+			var n int64
+			err := nd.do(context.WithoutCancel(ctx), r.keys.lock, r.o.nodeTimeout, func(ctx context.Context, c goredis.UniversalClient) (err error) {
+				n, err = fn(ctx, c)
+				return err
+			})
 			rd.mu.Lock()
 			if rd.decided {
 				rd.mu.Unlock()
@@ -258,21 +238,21 @@ func (r *Redlock) fanout(ctx context.Context, op string, nodes []int, fn func(ct
 // tally counts a round's replies, in node order: ok (n == 1), refused
 // (n == 0) and errors; a node that has not answered counts as failed with
 // why if why is not nil, and not at all otherwise. rd.mu must be held.
-func (r *Redlock) tally(op string, rd *round, nodes []int, why error) *QuorumError {
-	qe := &QuorumError{Op: op, Name: r.name, Quorum: r.quorum, Nodes: len(r.clients)}
+func (r *Redlock) tally(op string, rd *round, nodes []int, why error) *quorumError {
+	qe := &quorumError{op: op, name: r.name, quorum: r.quorum, nodes: len(r.nodes)}
 	for _, i := range nodes {
 		nr := rd.res[i]
 		switch {
 		case !rd.got[i]:
 			if why != nil {
-				qe.Errs = append(qe.Errs, &NodeError{Node: i, Addr: r.addrs[i], Err: why})
+				qe.errs = append(qe.errs, nodeError(i, r.addrs[i], why))
 			}
 		case nr.err != nil:
-			qe.Errs = append(qe.Errs, &NodeError{Node: i, Addr: r.addrs[i], Err: nr.err})
+			qe.errs = append(qe.errs, nodeError(i, r.addrs[i], nr.err))
 		case nr.n == 1:
-			qe.OK++
+			qe.ok++
 		default:
-			qe.Held++
+			qe.held++
 		}
 	}
 	return qe
@@ -281,12 +261,12 @@ func (r *Redlock) tally(op string, rd *round, nodes []int, why error) *QuorumErr
 // settled reports whether replies decide a round on all nodes: a majority
 // acted (ok), or so many refused (held) or failed that no majority can.
 func (r *Redlock) settled(ok, held, failed int) bool {
-	return ok >= r.quorum || held+failed > len(r.clients)-r.quorum
+	return ok >= r.quorum || held+failed > len(r.nodes)-r.quorum
 }
 
 // allNodes returns 0..N-1.
 func (r *Redlock) allNodes() []int {
-	nodes := make([]int, len(r.clients))
+	nodes := make([]int, len(r.nodes))
 	for i := range nodes {
 		nodes[i] = i
 	}
@@ -308,7 +288,8 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 	// A node that answers after the decision deletes its key again unless
 	// it answered while the grant is held (Unlock then deletes it): the
 	// grant does not count it, and Unlock leaves the nodes whose acquire
-	// is still out to this.
+	// is still out to this. A SET without a reply may have landed (or
+	// land when a stalled node resumes): its delete waits for that.
 	late := func(rd *round, i int, nr nodeResult) {
 		rd.mu.Lock()
 		keep := rd.alive
@@ -317,22 +298,21 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 		if nr.err == nil && (nr.n != 1 || keep) {
 			return
 		}
-		cctx, cancel := cleanup.Context(ctx)
-		defer cancel()
-		_, _ = r.releaseOn(cctx, r.clients[i], value)
+		r.nodes[i].cleanupNow(ctx, r.keys.lock, r.releaseErr(value))
 	}
 	rd, qe := r.fanout(ctx, op, r.allNodes(), setNX, r.settled, late)
 	validity := r.o.ttl - time.Since(start) - r.o.driftAllowance()
-	if qe.OK >= r.quorum && validity > 0 {
+	if qe.ok >= r.quorum && validity > 0 {
 		rd.mu.Lock()
 		rd.alive = true
 		rd.mu.Unlock()
 		return newGrant(r.name, 0, value, &redlockGrant{r: r, rd: rd}, &r.o, start, r.tel), 0, nil
 	}
-	qe.Expired = qe.OK >= r.quorum
+	qe.expired = qe.ok >= r.quorum
 	// Release where the SET may have landed: nodes that granted, and nodes
-	// that failed (the SET may have landed without its reply reaching us).
-	// Nodes that have not answered clean up after themselves (late).
+	// that failed (the SET may have landed without its reply reaching us);
+	// a delete without a reply is sent again in the background. Nodes that
+	// have not answered clean up after themselves (late).
 	var dirty []int
 	rd.mu.Lock()
 	for i, got := range rd.got {
@@ -342,23 +322,49 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 	}
 	rd.mu.Unlock()
 	if len(dirty) > 0 {
-		cctx, cancel := cleanup.Context(ctx)
-		defer cancel()
-		r.fanout(cctx, "unlock", dirty, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
-			return r.releaseOn(ctx, c, value)
-		}, func(int, int, int) bool { return false }, nil)
+		again := r.releaseErr(value)
+		rr, _ := r.fanout(context.WithoutCancel(ctx), "unlock", dirty, r.releaser(value), func(int, int, int) bool { return false },
+			func(_ *round, i int, nr nodeResult) {
+				if nr.err != nil {
+					r.nodes[i].cleanupNow(ctx, r.keys.lock, again)
+				}
+			})
+		rr.mu.Lock()
+		for _, i := range dirty {
+			if rr.got[i] && rr.res[i].err != nil {
+				r.nodes[i].cleanup(ctx, r.keys.lock, again)
+			}
+		}
+		rr.mu.Unlock()
 	}
 	return nil, 0, qe
 }
 
-func (r *Redlock) releaseOn(ctx context.Context, c goredis.UniversalClient, value string) (int64, error) {
-	return releaseScript.Run(ctx, c, []string{r.keys.lock}, value, r.keys.channel).Int64()
+// releaser returns the compare-and-delete of value on a node, which
+// returns 1 if it deleted the key.
+func (r *Redlock) releaser(value string) nodeFunc {
+	return func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+		return releaseScript.Run(ctx, c, []string{r.keys.lock}, value, r.keys.channel).Int64()
+	}
+}
+
+// releaseErr is releaser for node.cleanup.
+func (r *Redlock) releaseErr(value string) func(ctx context.Context, c goredis.UniversalClient) error {
+	release := r.releaser(value)
+	return func(ctx context.Context, c goredis.UniversalClient) error {
+		_, err := release(ctx, c)
+		return err
+	}
 }
 
 // subscribe implements attempter: a waiter listens to the release channel
 // on every node (a release publishes on each node it deletes from).
 func (r *Redlock) subscribe(ctx context.Context, _ string) *waker {
-	return subscribe(ctx, &r.tasks, r.clients, r.keys.channel, r.quorum, r.o.nodeTimeout)
+	nodes := make([]*node, len(r.nodes))
+	for i := range r.nodes {
+		nodes[i] = &r.nodes[i]
+	}
+	return subscribe(ctx, nodes, r.keys.lock, r.keys.channel, r.quorum)
 }
 
 // leave implements attempter: a Redlock waiter is not registered anywhere.
@@ -380,7 +386,7 @@ func (g *redlockGrant) extend(ctx context.Context, value string) (time.Time, err
 	_, qe := r.fanout(ctx, "extend", r.allNodes(), func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		return extendScript.Run(ctx, c, []string{r.keys.lock}, value, r.o.ttl.Milliseconds()).Int64()
 	}, r.settled, nil)
-	if qe.OK < r.quorum {
+	if qe.ok < r.quorum {
 		return start, qe
 	}
 	return start, nil
@@ -392,23 +398,22 @@ func (g *redlockGrant) extend(ctx context.Context, value string) (time.Time, err
 // deletes its key itself when it answers, instead of also getting this
 // delete (which could reach it before its SET); it counts as a node where
 // the grant is gone, since it will not keep it.
-func (g *redlockGrant) release(ctx context.Context, value string, _ func(error)) error {
+func (g *redlockGrant) release(ctx context.Context, value string) error {
 	r := g.r
 	g.rd.mu.Lock()
 	g.rd.alive = false
 	var nodes []int
-	for i := range r.clients {
+	for i := range r.nodes {
 		if g.rd.got[i] || g.rd.kept[i] {
 			nodes = append(nodes, i)
 		}
 	}
 	g.rd.mu.Unlock()
-	out := len(r.clients) - len(nodes)
-	_, qe := r.fanout(ctx, "unlock", nodes, func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
-		return r.releaseOn(ctx, c, value)
-	}, func(ok, held, failed int) bool { return r.settled(ok, held+out, failed) }, nil)
-	qe.Held += out
-	if qe.OK < r.quorum {
+	out := len(r.nodes) - len(nodes)
+	_, qe := r.fanout(ctx, "unlock", nodes, r.releaser(value),
+		func(ok, held, failed int) bool { return r.settled(ok, held+out, failed) }, nil)
+	qe.held += out
+	if qe.ok < r.quorum {
 		return qe
 	}
 	return nil

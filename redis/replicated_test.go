@@ -23,14 +23,14 @@ func TestReplicasClients(t *testing.T) {
 
 	st := redistest.StartSentinel(t)
 	m := newMutex(t, st.Client(t), "wait", redis.WithReplicas(1, 5*time.Second))
-	drainAtEnd(t, m)
+	drainAtEnd(t)
 	h, err := m.TryLock(ctx)
 	require.NoError(t, err, "the sentinel setup's replica acknowledges")
 	require.NoError(t, h.Unlock(ctx))
 
 	cl := redistest.StartCluster(t, 3)
 	m = newMutex(t, cl.Client(t), "wait", redis.WithReplicas(1, 50*time.Millisecond))
-	drainAtEnd(t, m)
+	drainAtEnd(t)
 	_, err = m.TryLock(ctx)
 	assert.ErrorIs(t, err, redis.ErrNotReplicated, "the cluster's masters have no replicas: WAIT ran and counted none")
 	n, err := cl.Client(t).Exists(ctx, redis.DefaultKeyPrefix+"{wait}").Result()
@@ -55,7 +55,7 @@ func TestSentinelFailoverDoubleGrant(t *testing.T) {
 	defer cancel()
 	st := redistest.StartSentinel(t)
 	a := newMutex(t, st.Client(t), "failover", redis.WithTTL(30*time.Second))
-	drainAtEnd(t, a)
+	drainAtEnd(t)
 	assert.False(t, a.Capabilities().SurvivesFailover, "the Mutex says so")
 
 	// A first grant that did replicate: the counter is on both nodes.
@@ -73,7 +73,7 @@ func TestSentinelFailoverDoubleGrant(t *testing.T) {
 
 	st.Failover(t)
 	b := newMutex(t, st.Client(t), "failover", redis.WithTTL(30*time.Second))
-	drainAtEnd(t, b)
+	drainAtEnd(t)
 	hb, err := b.TryLock(ctx)
 	require.NoError(t, err, "the promoted replica grants the lock again")
 	select {

@@ -117,7 +117,7 @@ func testWakeOne(t *testing.T, c goredis.UniversalClient) {
 	require.NoError(t, h.Unlock(ctx))
 	waitAll(t, ctx, done, waiters)
 	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, order(), "granted oldest first")
-	require.NoError(t, m.Drain(ctx))
+	require.NoError(t, redis.Drain(ctx))
 	assert.Equal(t, int64(waiters), count.n.Load()-before, "acquire attempts after the first release: one per grant")
 	for _, k := range []string{"dlock:{wake/one}:waiters", "dlock:{wake/one}"} {
 		n, err := c.Exists(ctx, k).Result()
@@ -151,7 +151,7 @@ func TestRedlockReleaseWakesEveryWaiter(t *testing.T) {
 	before := count.n.Load()
 	require.NoError(t, h.Unlock(ctx))
 	waitAll(t, ctx, done, waiters)
-	require.NoError(t, r.Drain(ctx))
+	require.NoError(t, redis.Drain(ctx))
 	assert.Greater(t, count.n.Load()-before, int64(waiters), "a broadcast wakes every waiter: more attempts than grants")
 	t.Logf("Redlock: %d attempts for %d grants", count.n.Load()-before, waiters)
 }
@@ -191,7 +191,7 @@ func TestWaiterLeavesAndWakesNext(t *testing.T) {
 		require.FailNow(t, "the second waiter was not woken when the first left")
 	}
 	assert.ErrorIs(t, h.Unlock(ctx), lock.ErrLockLost, "the holder's key was deleted")
-	require.NoError(t, m.Drain(ctx))
+	require.NoError(t, redis.Drain(ctx))
 	n, err := admin.Exists(ctx, "dlock:{wake/leave}:waiters").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "no waiters key left")
@@ -207,7 +207,7 @@ func TestReleaseSkipsGoneWaiters(t *testing.T) {
 	done, _ := queueWaiters(t, ctx, m, 1, func(int) bool { return waitersAre(ctx, admin, "wake/gone", 4) })
 	require.NoError(t, h.Unlock(ctx))
 	waitAll(t, ctx, done, 1) // the live waiter behind three gone ones was woken
-	require.NoError(t, m.Drain(ctx))
+	require.NoError(t, redis.Drain(ctx))
 	n, err := admin.Exists(ctx, "dlock:{wake/gone}:waiters").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the gone waiters were removed")

@@ -156,7 +156,7 @@ func TestRedlockNodeRestartsEmpty(t *testing.T) {
 		// A's requests to the dead nodes 3 and 4 end first: one still
 		// retrying when node 3 comes back would land there and give A
 		// that node too.
-		require.NoError(t, ra.Drain(ctx))
+		require.NoError(t, redis.Drain(ctx, clients...))
 		held, err := clients[2].Exists(ctx, "dlock:{redlock}").Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(1), held, "node 2 voted for A")
