@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -118,8 +118,7 @@ func (c Config) redisOptions() []redis.Option {
 		redis.WithTTL(c.TTL),
 		redis.WithKeyPrefix(c.Prefix + ":"),
 		redis.WithAutoExtend(0),
-		redis.WithLogger(c.logger()),
-		redis.WithMeterProvider(c.MeterProvider), redis.WithTracerProvider(c.TracerProvider),
+		redis.WithTelemetry(c.telemetry()),
 	}
 }
 

@@ -56,14 +56,12 @@ func ExampleOpen() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%+v\n", l.Capabilities())
 	err = lock.Do(ctx, l, func(ctx context.Context, h lock.Held) error {
 		fmt.Println("holding", h.Token().Name)
 		return nil
 	})
 	fmt.Println(err)
 	// Output:
-	// {Exclusive:true FencingTokens:true FIFO:true Liveness:session SurvivesFailover:true}
 	// holding jobs/nightly
 	// <nil>
 }

@@ -24,10 +24,6 @@ type Locker interface {
 	// TryLock returns an error matching ErrLocked at once if someone else
 	// holds the lock.
 	TryLock(ctx context.Context) (Held, error)
-	// Capabilities says what the backend guarantees. Read it before relying
-	// on a property: only fence a resource with a Locker whose
-	// FencingTokens is true.
-	Capabilities() Capabilities
 }
 
 // Held is one grant of a lock.
@@ -40,7 +36,7 @@ type Locker interface {
 // A Held is safe for concurrent use.
 type Held interface {
 	// Token returns the grant's fencing token. Seq is 0 for backends without
-	// a sound token (see Capabilities).
+	// a sound token (Redlock): every guard rejects Seq 0.
 	Token() fence.Token
 	// Done is closed when the lock may be lost: the backend's local deadline
 	// passed, the lock was observed gone, or Unlock was called.

@@ -88,11 +88,6 @@ func (m *Mutex) Prefix() string { return m.q.Prefix() }
 // lockKey returns "etcd:" and Prefix: the lock's place in LockAll's order.
 func (m *Mutex) lockKey() string { return "etcd:" + m.Prefix() }
 
-// Capabilities reports the etcd Mutex's guarantees.
-func (m *Mutex) Capabilities() Capabilities {
-	return Capabilities{Exclusive: true, FencingTokens: true, FIFO: true, Liveness: LivenessSession, SurvivesFailover: true}
-}
-
 // Lock waits in FIFO order until the lock is granted, ctx ends, or the
 // session ends. The returned Held is a *Grant. On any error the attempt's
 // key is deleted (with a detached, bounded context), so a cancelled Lock

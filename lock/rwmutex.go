@@ -20,7 +20,7 @@ import (
 // reader's Token orders it after the writers before it, but readers
 // overlap each other: do not fence a shared resource's writes with reader
 // tokens against each other. Lock and TryLock make the RWMutex a Locker
-// (its Capabilities are a Mutex's); the writer keys are a Mutex's, so a
+// with a Mutex's guarantees; the writer keys are a Mutex's, so a
 // Mutex of the same name and prefix acts as one more writer.
 //
 // An RWMutex is safe for concurrent use; every call is an independent
@@ -51,12 +51,6 @@ func NewRWMutex(src session.Source, name string, opts ...Option) (*RWMutex, erro
 // lockKey returns "etcd:" and the queue's prefix, a Mutex's of the same name: the
 // lock's place in LockAll's order, which takes the exclusive side.
 func (rw *RWMutex) lockKey() string { return "etcd:" + rw.writer.Prefix() }
-
-// Capabilities reports the guarantees of the exclusive side (Lock), which
-// are a Mutex's.
-func (rw *RWMutex) Capabilities() Capabilities {
-	return Capabilities{Exclusive: true, FencingTokens: true, FIFO: true, Liveness: LivenessSession, SurvivesFailover: true}
-}
 
 // Lock waits in FIFO order until no other grant, reader or writer, holds
 // the lock, with the same errors and cleanup as Mutex.Lock.

@@ -25,8 +25,7 @@ import (
 // overlap: a high-water-mark guard (fence.MemoryGuard, pgfence, ...) on a
 // resource shared by all permit holders would reject an earlier holder's
 // write after a later one's. Fence per resource that only one permit uses,
-// or use the token to order, not to exclude. Capabilities says
-// Exclusive: false.
+// or use the token to order, not to exclude.
 //
 // A Semaphore is safe for concurrent use; each Acquire is an independent
 // grant.
@@ -48,13 +47,6 @@ func NewSemaphore(src session.Source, name string, permits int, opts ...Option) 
 		return nil, fmt.Errorf("%w: permits %d must be positive", ErrInvalidOption, permits)
 	}
 	return &Semaphore{base: b, permits: permits, q: queue.New(src.Client(), o.prefix, name, queue.Shared(permits))}, nil
-}
-
-// Capabilities reports the semaphore's guarantees: not exclusive (up to
-// Permits grants at once), FIFO, tokens ordered by grant, session
-// liveness, surviving the loss of an etcd minority.
-func (s *Semaphore) Capabilities() Capabilities {
-	return Capabilities{Exclusive: false, FencingTokens: true, FIFO: true, Liveness: LivenessSession, SurvivesFailover: true}
 }
 
 // Acquire waits in FIFO order until one of the permits is granted, ctx

@@ -69,7 +69,7 @@ func ExampleNewRedlock() {
 	}
 	defer h.Unlock(ctx)
 	// Redlock has no fencing token: a guard refuses it.
-	fmt.Println(r.Capabilities().FencingTokens, h.Token().Seq)
+	fmt.Println(h.Token().Seq)
 }
 
 func ExampleGrant_Extend() {

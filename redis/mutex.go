@@ -26,7 +26,7 @@ import (
 // both: replication is asynchronous, so the promoted replica may not have
 // seen the current grant and grants the lock again while it is still
 // valid (two holders), and may hand out the same token again (its counter
-// missed the last INCRs). Capabilities().SurvivesFailover is false.
+// missed the last INCRs).
 //
 // A Mutex is a handle, safe for concurrent use: several goroutines may lock
 // through it, each getting its own grant. The zero value is not usable; call
@@ -66,19 +66,6 @@ func New(client goredis.UniversalClient, name string, opts ...Option) (*Mutex, e
 // LockKey returns "redis:" and the lock's key: its place in lock.LockAll's
 // order.
 func (m *Mutex) LockKey() string { return "redis:" + m.keys.lock }
-
-// Capabilities reports what a Mutex guarantees: fencing tokens (monotonic
-// while the node's data lives), no FIFO order, TTL liveness, and no
-// survival of a failover (replication is asynchronous).
-func (m *Mutex) Capabilities() lock.Capabilities {
-	return lock.Capabilities{
-		Exclusive:        true,
-		FencingTokens:    true,
-		FIFO:             false,
-		Liveness:         lock.LivenessTTL,
-		SurvivesFailover: false,
-	}
-}
 
 // Lock waits until the lock is granted or ctx ends. A waiter is woken by the
 // holder's release and otherwise polls with jittered backoff, never later

@@ -2,15 +2,12 @@ package redis
 
 import (
 	"fmt"
-	"log/slog"
 	"time"
-
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlock-go/dlock/internal/names"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/option"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 // Defaults for the options, in one place.
@@ -116,27 +113,12 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) { o.replicas, o.replicaTimeout = n, timeout }
 }
 
-// WithMeterProvider sets where the lock's metrics go (the instruments of
-// the meter "github.com/dlock-go/dlock": dlock.acquire.duration,
-// dlock.held, dlock.lost, with dlock.backend "redis" for a Mutex and
-// "redlock" for a Redlock). Optional, defaults to otel.GetMeterProvider();
-// nil means that default.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.tel.MeterProvider = mp }
-}
-
-// WithTracerProvider sets where the lock's spans go: one per Lock
-// ("dlock.lock") and TryLock ("dlock.try_lock"), with its outcome, wait,
-// token and whether it had to wait for a release. Optional, defaults to
-// otel.GetTracerProvider(); nil means that default.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tel.TracerProvider = tp }
-}
-
-// WithLogger sets the logger of the lock's grants and releases (DEBUG)
-// and losses (WARN). Optional, defaults to discarding; nil means that
-// default.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.tel.Logger = l } }
+// WithTelemetry sets where the lock's metrics (dlock.acquire.duration,
+// dlock.held, dlock.lost, with dlock.backend "redis" or "redlock"), spans
+// (one per Lock and TryLock) and logs (grants and releases at DEBUG,
+// losses at WARN) go. Optional, defaults to the global OpenTelemetry
+// providers and no logs.
+func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.tel = obs.Config(p) } }
 
 func (o *options) driftAllowance() time.Duration {
 	return time.Duration(float64(o.ttl)*driftFactor) + driftFloor

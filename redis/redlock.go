@@ -28,7 +28,7 @@ const MinRedlockNodes = 3
 // It survives the crash of a minority of nodes, under the assumptions that
 // the package documentation lists (bounded clock drift and pauses, nodes
 // that do not come back empty within a TTL). It has NO sound fencing token:
-// Token().Seq is 0 and its Capabilities say FencingTokens false, so every
+// Token().Seq is always 0, so every
 // fence.Guard rejects its grants with fence.ErrNoToken. Use it as an
 // efficiency lock.
 //
@@ -95,19 +95,6 @@ func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) 
 // LockKey returns "redlock:" and the lock's key: its place in
 // lock.LockAll's order.
 func (r *Redlock) LockKey() string { return "redlock:" + r.keys.lock }
-
-// Capabilities reports what a Redlock guarantees: no fencing tokens, no FIFO
-// order, TTL liveness, and exclusion that survives the loss of a minority
-// of nodes (under the assumptions in the package documentation).
-func (r *Redlock) Capabilities() lock.Capabilities {
-	return lock.Capabilities{
-		Exclusive:        true,
-		FencingTokens:    false,
-		FIFO:             false,
-		Liveness:         lock.LivenessTTL,
-		SurvivesFailover: true,
-	}
-}
 
 // Lock waits until a majority grants the lock or ctx ends. Between attempts
 // it waits for a release notification from any node or a random delay. On

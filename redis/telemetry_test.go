@@ -23,6 +23,7 @@ import (
 	"github.com/dlock-go/dlock/integration/redistest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 // observed is where one test's telemetry goes: a ManualReader, a span
@@ -48,7 +49,7 @@ func newObserved(t *testing.T) *observed {
 	logs := &logBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return &observed{t: t, r: r, spans: spans, logs: logs, opts: []redis.Option{
-		redis.WithMeterProvider(mp), redis.WithTracerProvider(tp), redis.WithLogger(log),
+		redis.WithTelemetry(telemetry.Providers{MeterProvider: mp, TracerProvider: tp, Logger: log}),
 	}}
 }
 
@@ -323,11 +324,11 @@ func TestTelemetryOptions(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		clients = append(clients, c)
 	}
-	_, err := redis.New(clients[0], "x", redis.WithMeterProvider(nil), redis.WithTracerProvider(nil), redis.WithLogger(nil))
+	_, err := redis.New(clients[0], "x", redis.WithTelemetry(telemetry.Providers{}))
 	assert.NoError(t, err)
-	_, err = redis.NewRedlock(clients, "x", redis.WithMeterProvider(nil), redis.WithTracerProvider(nil), redis.WithLogger(nil))
+	_, err = redis.NewRedlock(clients, "x", redis.WithTelemetry(telemetry.Providers{}))
 	assert.NoError(t, err)
-	_, err = redis.New(clients[0], "x", redis.WithLogger(nil), nil)
+	_, err = redis.New(clients[0], "x", redis.WithTelemetry(telemetry.Providers{}), nil)
 	if assert.ErrorIs(t, err, redis.ErrInvalidOption) {
 		assert.Contains(t, err.Error(), "option 1")
 	}

@@ -16,7 +16,7 @@
 // fence.MemoryGuard when the backend declares fencing tokens), TryLock,
 // cancellation while waiting (the ctx's error, nothing left behind), Done
 // and ErrLockLost after the lock service forgot a grant, idempotent Unlock,
-// relocking, Capabilities that agree with the tokens, and rejection of bad
+// relocking, tokens that are all fencing tokens or all Seq 0, and rejection of bad
 // names and bad constructor input.
 //
 // # Testing code that takes a lock

@@ -74,7 +74,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("UnlockAfterLoss", s.unlockAfterLoss)
 	t.Run("DoubleUnlock", s.doubleUnlock)
 	t.Run("Relock", s.relock)
-	t.Run("Capabilities", s.capabilities)
+	t.Run("Tokens", s.tokens)
 	t.Run("BadNames", s.badNames)
 	t.Run("BadInput", s.badInput)
 }
@@ -133,7 +133,6 @@ func (s *suite) mutualExclusion(t *testing.T) {
 	var wg sync.WaitGroup
 	for range handles {
 		l := s.b.New(t, n)
-		fencing := l.Capabilities().FencingTokens
 		for range perHandle {
 			wg.Go(func() {
 				for range perGoroutine {
@@ -146,7 +145,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 					}
 					grants.Add(1)
 					tok := h.Token()
-					if fencing {
+					if tok.Seq != 0 { // a backend with fencing tokens (see Tokens)
 						mu.Lock()
 						assert.Greater(t, tok.Seq, lastSeq, "token of a later holder must be greater")
 						lastSeq = tok.Seq
@@ -278,27 +277,26 @@ func (s *suite) relock(t *testing.T) {
 	h1 := s.mustLock(t, l)
 	require.NoError(t, h1.Unlock(ctx), "Unlock")
 	h2 := s.mustLock(t, l)
-	if l.Capabilities().FencingTokens {
+	if h1.Token().Seq != 0 {
 		assert.Greater(t, h2.Token().Seq, h1.Token().Seq, "token of the second grant")
+	} else {
+		assert.Zero(t, h2.Token().Seq, "a backend without fencing tokens gives none, ever")
 	}
 	assert.NoError(t, h2.Unlock(ctx), "Unlock")
 }
 
-// capabilities: the token agrees with the declared capabilities: Seq 0
-// exactly when FencingTokens is false, and then every guard rejects it.
-func (s *suite) capabilities(t *testing.T) {
+// tokens: a grant's Token names the lock; a backend either gives fencing
+// tokens (Seq > 0, which a fresh guard admits) or none (Seq 0, which every
+// guard rejects), never some of each (see Relock).
+func (s *suite) tokens(t *testing.T) {
 	ctx := s.ctx(t)
 	n := name(t)
 	l := s.b.New(t, n)
-	c := l.Capabilities()
-	assert.NotZero(t, c.Liveness, "Capabilities.Liveness must be declared")
-
 	h := s.mustLock(t, l)
 	tok := h.Token()
 	assert.Equal(t, n, tok.Name, "Token().Name is the lock name")
-	assert.Equal(t, !c.FencingTokens, tok.Seq == 0, "Token().Seq == 0 must hold exactly when FencingTokens is false (seq %d)", tok.Seq)
 	err := fence.NewMemoryGuard().Admit(ctx, tok)
-	if c.FencingTokens {
+	if tok.Seq != 0 {
 		assert.NoError(t, err, "a fresh guard admits a fencing token")
 	} else {
 		assert.ErrorIs(t, err, fence.ErrNoToken, "a guard must reject the token of a backend without fencing tokens")

@@ -44,10 +44,6 @@ type memHeld struct {
 	freed bool
 }
 
-func (l *memLocker) Capabilities() lock.Capabilities {
-	return lock.Capabilities{FencingTokens: true, FIFO: false, Liveness: lock.LivenessSession}
-}
-
 func (l *memLocker) TryLock(ctx context.Context) (lock.Held, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -21,9 +21,7 @@ import (
 // cancelled waiter removed from the queue, tokens strictly increasing per
 // name across every grant (after a Lose too), and the same errors (under
 // errors.Is: lock.ErrLocked, lock.ErrLockLost, lock.ErrUnlocked,
-// lock.ErrInvalidName, the ctx's error). Their Capabilities are the etcd
-// Mutex's, so code that checks them before fencing behaves as in
-// production. A grant ends only by Unlock or Lose: there is no session, no
+// lock.ErrInvalidName, the ctx's error). A grant ends only by Unlock or Lose: there is no session, no
 // TTL and no pause.
 //
 // A Memory is safe for concurrent use, and runs no goroutine. It keeps the
@@ -136,11 +134,6 @@ var _ lock.Locker = (*memLocker)(nil)
 
 // LockKey is the lock's place in lock.LockAll's order.
 func (l *memLocker) LockKey() string { return fmt.Sprintf("memory:%p:%s", l.m, l.name) }
-
-// Capabilities are the etcd Mutex's.
-func (l *memLocker) Capabilities() lock.Capabilities {
-	return lock.Capabilities{Exclusive: true, FencingTokens: true, FIFO: true, Liveness: lock.LivenessSession, SurvivesFailover: true}
-}
 
 // start checks the name and ctx, and returns name's lock with m.mu held.
 func (l *memLocker) start(ctx context.Context, op string) (*memLock, error) {
