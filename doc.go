@@ -10,28 +10,21 @@
 //		return db.Write(ctx, h.Token(), ...) // the resource checks the token
 //	})
 //
-// Switching backends is a one-line change of the DSN:
+// # Guarantee, by backend
 //
-//	etcd://h1:2379,h2:2379,h3:2379/prefix?ttl=10s   safe, fenced (consensus)
-//	redis://h:6379/prefix?ttl=10s                  efficiency lock, one node
-//	redlock://h1,h2,h3,h4,h5/prefix?ttl=10s        efficiency lock, no token
+//   - etcd (etcd://, etcds://): exclusion survives the loss of any minority
+//     of members; each grant's fencing token (its key's create revision)
+//     strictly increases across holders; waiters are served in FIFO order;
+//     Held.Done closes before the server can give the lock to anyone else.
+//   - redis (redis://, redis+sentinel://, redis+cluster://): one node's
+//     lock, with a token from INCR that is monotonic only while that node's
+//     data survives: a failover or a restart without persistence can grant
+//     the lock twice and reuse tokens. An efficiency lock.
+//   - redlock (redlock://): a majority of N independent nodes, with no
+//     sound token (Seq 0: every guard rejects it); it assumes bounded clock
+//     drift and pauses, and nodes that do not forget. An efficiency lock.
 //
-// # Guarantees, by backend
-//
-//   - etcd: mutual exclusion in the lock service survives the loss of any
-//     minority of etcd members; every grant carries a fencing token (the
-//     key's create revision) that strictly increases across holders; waiters
-//     are served in FIFO order; a grant lives as long as the process's
-//     session heartbeats reach etcd, and the holder learns it may have lost
-//     the lock (Held.Done) before the server can give it to anyone else.
-//   - redis: a single node's SET NX PX lock with a token from INCR. The
-//     token is monotonic only while that node's data survives: an
-//     asynchronous replica promoted in a failover, or a restart without
-//     persistence, can grant the lock twice and reuse tokens.
-//   - redlock: a majority of N independent nodes. It has no sound fencing
-//     token (Token().Seq is 0 and every guard rejects it) and its safety
-//     rests on bounded clock drift, bounded pauses and nodes that do not
-//     forget (fsync=always or delayed restarts).
+// # Limit
 //
 // Whatever the backend, no lock service can stop a paused holder from
 // acting after its grant ended: only a resource that checks fencing tokens
@@ -40,10 +33,15 @@
 //
 // # Caveats
 //
-//   - Redis lockers from Open renew their grants automatically (every TTL/3)
-//     while held, so that a held lock lives as long as the process, as with
-//     etcd; a paused process still loses it after the TTL.
 //   - One Client holds one etcd session (one lease, one heartbeat loop) for
-//     all its locks: when the session ends, every lock of the Client is lost
-//     and the Client must be reopened.
+//     all its locks: when it ends (a partition longer than the TTL), every
+//     grant of the Client reports its loss at once. The Client need not be
+//     reopened: the next Lock or Campaign runs on a fresh session.
+//   - Redis lockers from Open extend their grants every TTL/3 while held,
+//     so a held lock lives as long as the process; a paused process still
+//     loses it after the TTL.
+//   - Client.Election is etcd only; on Redis it returns an error matching
+//     errors.ErrUnsupported.
+//   - The TTL is etcd's lease TTL (whole seconds, at least 2s) or the Redis
+//     grant's validity.
 package dlock

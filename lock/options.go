@@ -65,32 +65,11 @@ func buildOptions(opts []Option) (options, error) {
 // (which escapes "/" in names and marks a queue's side keys).
 func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
-// WithLockDelay makes a Mutex wait, after a grant ends WITHOUT Unlock
-// (its session expired or its lease was revoked: the holder may be paused
-// or cut off, still acting), until d after that end before granting the
-// lock again. A clean Unlock marks itself (in the same transaction as its
-// delete) and causes no delay. Optional, defaults to 0 (no delay); it must
-// not be negative. Other etcd locks of this package ignore it.
-//
-// What it buys: a bound on the pause a holder of a resource that cannot
-// check a fencing token may have. A holder that checks Done before each
-// write stops at its session's local deadline, which comes at least the
-// safety margin before etcd expires the lease; its successor is granted d
-// after that expiry. So a pause between the check and the write overlaps
-// the successor only if it is longer than d plus the margin; without
-// lock-delay, longer than the margin alone. What it does not buy: safety
-// against a longer pause (only a fenced resource gives that), or against
-// clocks whose rates differ by more than the margin. Its cost: when a
-// holder dies, the lock is free only d after etcd expires its lease, and
-// each grant reads the lock's delay marks once more.
-//
-// Set it on every Mutex of the name: a grant made by a Mutex without it
-// leaves no mark, so its end without Unlock delays nobody, and a Mutex
-// without it does not wait. An attempt whose session ended while it still
-// waited counts as a grant that ended without Unlock. A Lock (or TryLock,
-// which then waits too) that finds such an end already behind it waits d
-// from then: etcd keeps no time for a deletion, so this may wait up to d
-// longer than needed, once.
+// WithLockDelay makes a Mutex (its TryLock too) wait, after a grant ended
+// without Unlock (its session expired or was revoked), until d after that
+// end before granting again; a clean Unlock causes no delay. Set it on
+// every Mutex of the name (other locks ignore it); see docs/locks.md.
+// Optional, defaults to 0 (no delay); it must not be negative.
 func WithLockDelay(d time.Duration) Option { return func(o *options) { o.lockDelay = d } }
 
 // WithTelemetry sets where the lock's metrics (dlock.acquire.duration,
@@ -100,6 +79,6 @@ func WithLockDelay(d time.Duration) Option { return func(o *options) { o.lockDel
 func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.tel = obs.Config(p) } }
 
 // WithOwner sets the value stored in the lock's key, shown by inspection
-// tools. Optional, defaults to defaultOwner(). It must be printable ASCII
-// without spaces, at most 256 bytes.
+// tools. Optional, defaults to "<hostname>/<pid>". It must be printable
+// ASCII without spaces, at most 256 bytes.
 func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }

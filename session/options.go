@@ -59,10 +59,10 @@ func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.t
 // TTL/3. It must be positive and shorter than TTL − margin.
 func WithHeartbeat(d time.Duration) Option { return func(o *options) { o.heartbeat = d } }
 
-// WithSafetyMargin sets how long before the server could expire the lease the
-// session's local deadline fires. Optional, defaults to TTL/5, at least 500ms and at most 2s.
-// It must be ≥ 0 and < TTL − heartbeat, so that a healthy session renews
-// before its deadline.
+// WithSafetyMargin sets how long before the server could expire the lease
+// the session's local deadline fires. Optional, defaults to TTL/5, at least
+// 500ms and at most 2s. It must be ≥ 0 and < TTL − heartbeat, so that a
+// healthy session renews before its deadline.
 func WithSafetyMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
 
 // defaultMargin returns the default safety margin for ttl: ttl/5, but at

@@ -1,11 +1,3 @@
-// Package telemetry says where dlock's OpenTelemetry metrics and traces,
-// and its log/slog logs, go (Providers, given to each package's
-// WithTelemetry option), and records the telemetry of fencing guards
-// (Fence, Guard): the instruments listed in DESIGN.md, from the meter and
-// tracer "github.com/dlock-go/dlock", so that every guard, in this module
-// or outside it, records the same ones.
-//
-// Lock names are span attributes, never metric attributes (cardinality).
 package telemetry
 
 import (
