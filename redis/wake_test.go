@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,4 +213,25 @@ func TestReleaseSkipsGoneWaiters(t *testing.T) {
 	n, err := admin.Exists(ctx, "dlock:{wake/gone}:waiters").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the gone waiters were removed")
+}
+
+// acquireCounter is a go-redis hook that counts dlock's acquire attempts:
+// the Mutex's, EVALSHA calls of its acquire script (and its EVAL, if the
+// script had to be loaded); the Redlock's, SET NX of a dlock key.
+type acquireCounter struct{ n atomic.Int64 }
+
+func (*acquireCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (*acquireCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func (a *acquireCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		args := cmd.Args()
+		if len(args) > 1 && (cmd.Name() == "evalsha" && args[1] == redis.AcquireScriptHash || cmd.Name() == "eval" && args[1] == redis.AcquireScriptSrc ||
+			cmd.Name() == "set" && slices.Contains(args, any("nx")) && strings.HasPrefix(fmt.Sprint(args[1]), redis.DefaultKeyPrefix)) {
+			a.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
 }

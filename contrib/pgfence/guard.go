@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
-	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/telemetry"
 
 	"github.com/jackc/pgx/v5"
@@ -130,7 +130,7 @@ func (g *Guard) AdmitTx(ctx context.Context, tx pgx.Tx, t fence.Token) error {
 		err = g.exec(ctx, tx, t)
 	}
 	if err != nil {
-		rctx, cancel := cleanup.Context(ctx)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
 		if rerr := tx.Rollback(rctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
 			return errors.Join(err, fmt.Errorf("pgfence: rollback: %w", rerr))
@@ -195,3 +195,7 @@ func parseSeq(text string) (uint64, error) {
 	}
 	return v, nil
 }
+
+// rollbackTimeout bounds the rollback of a transaction whose caller's ctx
+// may have ended.
+const rollbackTimeout = 5 * time.Second

@@ -11,8 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/integration/containers"
-	"github.com/dlock-go/dlock/integration/redistest"
-	"github.com/dlock-go/dlock/internal/testenv"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
 )
@@ -20,22 +18,15 @@ import (
 // redisContainers starts n Redis servers in containers of the locally built
 // image (see integration/containers). Paused containers are resumed at
 // cleanup, before they are removed.
-func redisContainers(t *testing.T, ctx context.Context, n int) []*redistest.Server {
+func redisContainers(t *testing.T, ctx context.Context, n int) []*containers.RedisContainer {
 	t.Helper()
-	if ok, why := containers.DockerAvailable(); !ok {
-		testenv.Missing(t, "docker", why)
-	}
-	bctx, cancel := context.WithTimeout(ctx, containers.BuildTimeout)
-	defer cancel()
-	_, err := containers.BuildRedis(bctx)
-	require.NoError(t, err)
-	servers := redistest.StartN(t, n, redistest.WithContainer())
+	servers := containers.StartRedis(t, n)
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		for _, s := range servers {
 			// Fails harmlessly for a container that is not paused.
-			_ = exec.CommandContext(cctx, "docker", "unpause", s.ContainerID()).Run()
+			_ = exec.CommandContext(cctx, "docker", "unpause", s.ID()).Run()
 		}
 	})
 	return servers
@@ -46,7 +37,7 @@ func redisContainers(t *testing.T, ctx context.Context, n int) []*redistest.Serv
 // go-redis ignores the ctx deadline on the socket: a paused node (which
 // still accepts connections) holds each Redlock call for ReadTimeout (3s)
 // instead of the node timeout, and the grant's validity runs out.
-func redlockClients(t *testing.T, servers []*redistest.Server) []goredis.UniversalClient {
+func redlockClients(t *testing.T, servers []*containers.RedisContainer) []goredis.UniversalClient {
 	t.Helper()
 	clients := make([]goredis.UniversalClient, len(servers))
 	for i, s := range servers {
@@ -68,8 +59,8 @@ func TestRedlockContainersPause(t *testing.T) {
 	defer cancel()
 	servers := redisContainers(t, ctx, 5)
 
-	docker(t, ctx, "pause", servers[0].ContainerID())
-	docker(t, ctx, "pause", servers[1].ContainerID())
+	docker(t, ctx, "pause", servers[0].ID())
+	docker(t, ctx, "pause", servers[1].ID())
 	ra, err := redis.NewRedlock(redlockClients(t, servers), "redlock-pause", redis.WithTTL(ttl))
 	require.NoError(t, err)
 	rb, err := redis.NewRedlock(redlockClients(t, servers), "redlock-pause", redis.WithTTL(ttl))
@@ -83,13 +74,15 @@ func TestRedlockContainersPause(t *testing.T) {
 	assert.False(t, isDone(a.Done()), "A still holds")
 	require.NoError(t, a.Unlock(ctx), "released on a majority")
 
-	docker(t, ctx, "pause", servers[2].ContainerID())
+	docker(t, ctx, "pause", servers[2].ID())
 	b, err := rb.TryLock(ctx)
 	assert.ErrorIs(t, err, redis.ErrNoQuorum, "2 of 5 nodes answer: no majority")
 	assert.NotErrorIs(t, err, redis.ErrLocked, "the lock was free")
 	assert.Nil(t, b, "no grant")
 	for _, i := range []int{3, 4} {
-		n, err := servers[i].Client(t).Exists(ctx, "dlock:{redlock-pause}").Result()
+		c := goredis.NewClient(&goredis.Options{Addr: servers[i].Addr(), ContextTimeoutEnabled: true})
+		n, err := c.Exists(ctx, "dlock:{redlock-pause}").Result()
+		c.Close()
 		require.NoError(t, err)
 		assert.Zero(t, n, "node %d: the failed attempt released its partial grant", i)
 	}

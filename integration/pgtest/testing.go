@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testenv"
+	"github.com/dlock-go/dlock/integration/testenv"
 )
 
 // Start starts a server for t alone and stops it with t.Cleanup. When the

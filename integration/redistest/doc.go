@@ -4,25 +4,20 @@
 // and a Redis Cluster of masters with [StartCluster]; [WithTLS] makes any
 // of them speak TLS only.
 //
-// A server is a redis-server process on a free loopback port when the
-// binary is on PATH (the default), else a container of [Image]
-// (redis:7.0.15) run through testcontainers-go, its port 6379 published on
-// a fixed free host port; [WithContainer] forces the container mode. On a
-// machine with a registry the image is pulled; without one it must have
-// been built locally by integration/containers.BuildRedis, which tags it
-// with the same name. If neither mode is possible the test is skipped with
-// a message, or fails when DLOCK_REQUIRE=all (or lists "redis"; "docker"
-// with WithContainer), as decided by internal/testenv.
+// A server is a redis-server process on a free loopback port. Without the
+// binary on PATH the test is skipped with a message, or fails when
+// DLOCK_REQUIRE=all (or lists "redis"), as decided by
+// integration/testenv. (Redis in a container, for faults the container
+// runtime injects: integration/containers.StartRedis.)
 //
 // Each server runs with no persistence (--save "" --appendonly no) and
 // --maxmemory-policy noeviction (a lock key must never be evicted), and is
-// killed (or its container removed) by t.Cleanup, so nothing outlives the
+// killed by t.Cleanup, so nothing outlives the
 // test. [Server.Kill], [Server.Stop] and [Server.Restart] let fault tests
 // take a node down and bring it back empty on the same address;
 // [Server.Pause] and [Server.Resume] stop and continue it (SIGSTOP,
 // SIGCONT) with its connections and data, a node that stalls rather than
-// dies. For a container they are docker kill, stop, start, pause and
-// unpause of the same container, which keeps its published port. A
+// dies. A
 // [Proxy] between two endpoints can blackhole their traffic; the Sentinel
 // setup's replica replicates through one ([Sentinel].Link), so a test can
 // cut replication before a failover ([Sentinel.Failover]).

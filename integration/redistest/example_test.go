@@ -29,18 +29,6 @@ func ExampleStartN() {
 	}
 }
 
-// ExampleWithContainer runs the server in a container of redistest.Image
-// even where redis-server is on PATH, for faults the container runtime
-// injects (docker pause).
-func ExampleWithContainer() {
-	_ = func(t *testing.T) {
-		s := redistest.Start(t, redistest.WithContainer()) // removed when t ends
-		_ = s.ContainerID()                                // docker pause <id>
-		s.Stop()                                           // docker stop
-		s.Restart()                                        // docker start, same address
-	}
-}
-
 // ExampleStartSentinel runs a Mutex-style test against a Sentinel setup,
 // then fails over after cutting replication.
 func ExampleStartSentinel() {

@@ -18,11 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/integration/testenv"
 	"github.com/dlock-go/dlock/integration/tlstest"
-	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Defaults, in one place.
@@ -43,19 +42,9 @@ const (
 type Option func(*config)
 
 type config struct {
-	args      []string
-	container bool
-	tls       *tlstest.Certs
-	conf      string // sentinel mode: the config file, written before the start
-}
-
-// WithContainer runs the server in a container of [Image] even when the
-// redis-server binary is on PATH. Without a Docker engine, or without the
-// image (missing and not pullable), the test skips, or fails when
-// DLOCK_REQUIRE=all (or lists "docker"). Optional, defaults to the process
-// mode when the binary is on PATH and the container mode otherwise.
-func WithContainer() Option {
-	return func(c *config) { c.container = true }
+	args []string
+	tls  *tlstest.Certs
+	conf string // sentinel mode: the config file, written before the start
 }
 
 // WithArgs appends redis-server command-line arguments, for example
@@ -67,26 +56,23 @@ func WithArgs(args ...string) Option {
 // WithTLS makes the server speak TLS only, with the certificates of certs:
 // its port is a TLS port (tls-port; the plaintext port is off), clients
 // may present a certificate signed by certs' CA (tls-auth-clients
-// optional), and Client, Config and the start's PING use TLS. It needs the
-// process mode: without redis-server on PATH the test skips (or fails,
-// under DLOCK_REQUIRE). Optional, defaults to plaintext.
+// optional), and Client, Config and the start's PING use TLS. Optional,
+// defaults to plaintext.
 func WithTLS(certs *tlstest.Certs) Option {
 	return func(c *config) { c.tls = certs }
 }
 
-// Server is one redis-server, a process on a loopback port or a container
-// with its port published on the Docker host. Its methods are safe for
-// concurrent use. The process is killed, or the container removed, when the
-// test that started it ends.
+// Server is one redis-server, a process on a loopback port. Its methods
+// are safe for concurrent use. The process is killed when the test that
+// started it ends.
 type Server struct {
 	t    testing.TB
-	host string // the address's host: 127.0.0.1, or the Docker host
+	host string // the address's host: 127.0.0.1
 	port int
 	dir  string
 	args []string
 	tls  *tlstest.Certs // nil: plaintext
 	conf string         // sentinel mode: the config file
-	ctr  *ctr           // nil in the process mode
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -94,30 +80,21 @@ type Server struct {
 	out    *syncBuffer
 }
 
-// Start starts a redis-server and waits until it answers PING: a process on
-// a free loopback port when the binary is on PATH, else (or with
-// [WithContainer]) a container of [Image] whose port is published on a free
-// host port. It skips (or fails, under DLOCK_REQUIRE) the test if neither is
-// possible, and fails it if the server does not come up.
+// Start starts a redis-server process on a free loopback port and waits
+// until it answers PING. It skips the test (or fails it, under
+// DLOCK_REQUIRE) if redis-server is not on PATH, and fails it if the
+// server does not come up. (Redis in a container, for faults the container
+// runtime injects: integration/containers.StartRedis.)
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	var c config
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.container {
-		if c.tls != nil {
-			t.Fatalf("redistest: WithTLS and WithContainer do not go together")
-		}
-		return startContainer(t, c, "container mode requested")
-	}
 	path, err := exec.LookPath(Binary)
 	if err != nil {
-		if c.tls != nil || c.conf != "" {
-			testenv.Missing(t, "redis", fmt.Sprintf("%s not found on PATH (TLS and Sentinel need the process mode): %v", Binary, err))
-			return nil
-		}
-		return startContainer(t, c, fmt.Sprintf("%s not found on PATH: %v", Binary, err))
+		testenv.Missing(t, "redis", fmt.Sprintf("%s not found on PATH: %v", Binary, err))
+		return nil
 	}
 	s := &Server{t: t, host: "127.0.0.1", dir: t.TempDir(), args: c.args, tls: c.tls}
 	if c.conf != "" {
@@ -165,9 +142,8 @@ func Clients(t testing.TB, servers []*Server) []goredis.UniversalClient {
 	return clients
 }
 
-// Addr returns the server's "host:port" address: "127.0.0.1:port" for a
-// process; for a container, the published port on the Docker host
-// (usually 127.0.0.1 too). It stays the same across Restart.
+// Addr returns the server's "host:port" address, "127.0.0.1:port". It
+// stays the same across Restart.
 func (s *Server) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,23 +153,8 @@ func (s *Server) Addr() string {
 // addr is Addr with s.mu held.
 func (s *Server) addr() string { return net.JoinHostPort(s.host, strconv.Itoa(s.port)) }
 
-// Port returns the server's port on the host (for a container, the
-// published port).
+// Port returns the server's port.
 func (s *Server) Port() int { return s.port }
-
-// Container reports whether the server runs in a container.
-func (s *Server) Container() bool { return s.ctr != nil }
-
-// ContainerID returns the server's container ID, for faults the container
-// runtime injects (docker pause), or "" in the process mode.
-func (s *Server) ContainerID() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ctr == nil || s.ctr.c == nil {
-		return ""
-	}
-	return s.ctr.c.GetContainerID()
-}
 
 // Client returns a new client for the server, closed when t ends. It
 // honours ctx deadlines (ContextTimeoutEnabled), so a test's deadline
@@ -238,34 +199,24 @@ func (s *Server) Config(key, value string) {
 }
 
 // Kill stops the server at once with SIGKILL and waits for it to exit, like
-// a crash (docker kill for a container, which is kept for Restart). It is a
-// no-op if the server is not running.
+// a crash. It is a no-op if the server is not running.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ctr != nil {
-		s.killContainer()
-		return
-	}
 	s.signalAndWait(syscall.SIGKILL, 0)
 }
 
 // Stop stops the server with SIGTERM (a clean shutdown; nothing is saved)
-// and waits for it to exit, killing it after a bounded wait (docker stop
-// for a container, which is kept for Restart). It is a no-op if the server
-// is not running.
+// and waits for it to exit, killing it after a bounded wait. It is a no-op
+// if the server is not running.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ctr != nil {
-		s.stopContainer()
-		return
-	}
 	s.signalAndWait(syscall.SIGTERM, stopTimeout)
 }
 
-// Pause stops the server process with SIGSTOP (docker pause for a
-// container): it keeps its connections, its data and its place, and
+// Pause stops the server process with SIGSTOP: it keeps its connections,
+// its data and its place, and
 // answers nothing (the kernel still accepts connections and buffers what
 // clients send) until Resume, like a stalled VM or a long GC pause. Kill
 // (and the end of the test) ends a paused server too.
@@ -273,14 +224,6 @@ func (s *Server) Pause() {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ctr != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
-		defer cancel()
-		if _, err := s.ctr.cli.ContainerPause(ctx, s.ctr.c.GetContainerID(), client.ContainerPauseOptions{}); err != nil {
-			s.t.Fatalf("redistest: pause container: %v", err)
-		}
-		return
-	}
 	if s.cmd == nil {
 		s.t.Fatalf("redistest: pause: the server is not running")
 	}
@@ -289,40 +232,22 @@ func (s *Server) Pause() {
 	}
 }
 
-// Resume continues a server stopped by Pause (SIGCONT; docker unpause for
-// a container). It is a no-op on a running server.
+// Resume continues a server stopped by Pause (SIGCONT). It is a no-op on a
+// running server.
 func (s *Server) Resume() {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ctr != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
-		defer cancel()
-		if _, err := s.ctr.cli.ContainerUnpause(ctx, s.ctr.c.GetContainerID(), client.ContainerUnpauseOptions{}); err != nil && !strings.Contains(err.Error(), "not paused") {
-			s.t.Errorf("redistest: resume container: %v", err)
-		}
-		return
-	}
 	if s.cmd != nil {
 		_ = s.cmd.Process.Signal(syscall.SIGCONT)
 	}
 }
 
 // Restart kills the server if it is running and starts it again, empty, on
-// the same port, failing the test if it does not come up. A container is
-// started again (docker start), keeping its published port.
+// the same port, failing the test if it does not come up.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Kill()
-	if s.ctr != nil {
-		s.mu.Lock()
-		err := s.restartContainer()
-		s.mu.Unlock()
-		if err != nil {
-			s.t.Fatalf("redistest: restart container on port %d: %v", s.port, err)
-		}
-		return
-	}
 	path, err := exec.LookPath(Binary)
 	if err != nil {
 		s.t.Fatalf("redistest: restart: %v", err)
@@ -338,19 +263,10 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart %s on port %d: %v", Binary, s.port, lastErr)
 }
 
-// Running reports whether the server process (or container) is running.
+// Running reports whether the server process is running.
 func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ctr != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
-		defer cancel()
-		running, err := s.containerRunning(ctx)
-		if err != nil {
-			s.t.Errorf("redistest: inspect container: %v", err)
-		}
-		return running
-	}
 	if s.exited == nil {
 		return false
 	}

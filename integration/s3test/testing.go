@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/dlock-go/dlock/internal/testenv"
+	"github.com/dlock-go/dlock/integration/testenv"
 )
 
 // Start starts a server for t alone and stops it with t.Cleanup. When

@@ -14,8 +14,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/dlock-go/dlock/internal/cleanup"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -151,7 +149,7 @@ func (b *bencher) run(ctx context.Context) (benchResult, error) {
 	lockers := make([]lock.Locker, b.clients)
 	var opened []*dlock.Client
 	defer func() {
-		cctx, cancel := cleanup.Context(context.Background())
+		cctx, cancel := cleanupContext(context.Background())
 		defer cancel()
 		for _, c := range opened {
 			c.Close(cctx)
@@ -209,7 +207,7 @@ func (b *bencher) run(ctx context.Context) (benchResult, error) {
 				mu.Lock()
 				lastRelease = time.Now()
 				mu.Unlock()
-				uctx, ucancel := cleanup.Context(rctx)
+				uctx, ucancel := cleanupContext(rctx)
 				if err := h.Unlock(uctx); err != nil {
 					mu.Lock()
 					res.errors++

@@ -21,7 +21,6 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/cleanup"
 )
 
 const checkFenceDescription = `
@@ -188,7 +187,7 @@ func concurrentCheck(ctx context.Context, client *s3.Client, g *s3fence.Guard, p
 	_, _ = rand.Read(id[:])
 	key := prefix + "concurrent-" + hex.EncodeToString(id[:])
 	defer func() {
-		cctx, cancel := cleanup.Context(ctx)
+		cctx, cancel := cleanupContext(ctx)
 		defer cancel()
 		_, _ = client.DeleteObject(cctx, &s3.DeleteObjectInput{Bucket: aws.String(g.Bucket()), Key: aws.String(key)})
 	}()

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/cleanup"
-
 	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -59,7 +57,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 	}
 	defer func() {
 		// Revokes the session's lease: a term still held ends at once.
-		cctx, cancel := cleanup.Context(context.Background())
+		cctx, cancel := cleanupContext(context.Background())
 		defer cancel()
 		client.Close(cctx)
 	}()
@@ -88,7 +86,7 @@ func campaign(ctx context.Context, e *env, el *election.Election, name, value st
 		return exitWith(exitLockLost, "leadership of %q lost: %v", name, term.Err())
 	case <-ctx.Done():
 	}
-	rctx, cancel := cleanup.Context(context.Background())
+	rctx, cancel := cleanupContext(context.Background())
 	defer cancel()
 	if err := term.Resign(rctx); err != nil {
 		if errors.Is(err, election.ErrLeadershipLost) {

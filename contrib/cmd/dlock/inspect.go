@@ -16,7 +16,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -124,7 +123,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer func() {
-		cctx, cancel := cleanup.Context(context.Background())
+		cctx, cancel := cleanupContext(context.Background())
 		defer cancel()
 		client.Close(cctx)
 	}()

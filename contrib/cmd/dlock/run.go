@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/cleanup"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
@@ -187,7 +185,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 	defer func() {
 		// For etcd this revokes the session's lease; for Redis it closes
 		// the connections (the grant is released before, by release).
-		cctx, ccancel := cleanup.Context(context.Background())
+		cctx, ccancel := cleanupContext(context.Background())
 		defer ccancel()
 		client.Close(cctx)
 	}()
@@ -354,7 +352,7 @@ func runHolding(e *env, held lock.Held, name string, argv []string, grace time.D
 
 // release unlocks held with a bounded context detached from any signal.
 func release(held lock.Held) {
-	ctx, cancel := cleanup.Context(context.Background())
+	ctx, cancel := cleanupContext(context.Background())
 	defer cancel()
 	held.Unlock(ctx)
 }

@@ -1,0 +1,68 @@
+module github.com/dlock-go/dlock/integration/guards
+
+go 1.26.8
+
+require github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+
+require github.com/dlock-go/dlock/contrib/grpcfence v0.0.0-00010101000000-000000000000
+
+require github.com/dlock-go/dlock/contrib/httpfence v0.0.0-00010101000000-000000000000
+
+require github.com/dlock-go/dlock/contrib/pgfence v0.0.0-00010101000000-000000000000
+
+require github.com/dlock-go/dlock/contrib/redisfence v0.0.0-00010101000000-000000000000
+
+require (
+	github.com/dlock-go/dlock/integration/pgtest v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/stretchr/testify v1.12.1
+	go.opentelemetry.io/otel v1.45.0
+	go.opentelemetry.io/otel/sdk/metric v1.45.0
+	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/coreos/go-semver v0.3.1 // indirect
+	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
+	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
+	go.etcd.io/etcd/client/v3 v3.7.3 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/metric v1.45.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.45.0 // indirect
+	go.opentelemetry.io/otel/trace v1.45.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace github.com/dlock-go/dlock => ../..
+
+replace github.com/dlock-go/dlock/contrib/grpcfence => ../../contrib/grpcfence
+
+replace github.com/dlock-go/dlock/contrib/httpfence => ../../contrib/httpfence
+
+replace github.com/dlock-go/dlock/contrib/pgfence => ../../contrib/pgfence
+
+replace github.com/dlock-go/dlock/contrib/redisfence => ../../contrib/redisfence
+
+replace github.com/dlock-go/dlock/integration/pgtest => ../pgtest
