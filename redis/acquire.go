@@ -87,6 +87,25 @@ func acquire(ctx context.Context, a attempter, name string, o *options) (g *Gran
 
 // observe runs one acquire (op "lock" or "try lock") of the lock called
 // name under its span, and records its duration by outcome.
+// lockWith is the Lock of a Mutex or Redlock a: acquire, observed.
+func lockWith(ctx context.Context, a attempter, tel *obs.T, name string, o *options) (lock.Held, error) {
+	return observe(ctx, tel, name, "lock", func(ctx context.Context) (*Grant, bool, error) {
+		return acquire(ctx, a, name, o)
+	})
+}
+
+// tryLockWith is the TryLock of a Mutex or Redlock a: one attempt,
+// observed.
+func tryLockWith(ctx context.Context, a attempter, tel *obs.T, name string) (lock.Held, error) {
+	return observe(ctx, tel, name, "try lock", func(ctx context.Context) (*Grant, bool, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, false, errs.New("redis", name, "try lock", err)
+		}
+		g, _, err := a.attempt(ctx, "try lock", "")
+		return g, false, err
+	})
+}
+
 func observe(ctx context.Context, tel *obs.T, name, op string, fn func(ctx context.Context) (*Grant, bool, error)) (lock.Held, error) {
 	ctx, a := tel.StartAcquire(ctx, op, name)
 	g, queued, err := fn(ctx)

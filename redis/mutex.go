@@ -75,9 +75,7 @@ func (m *Mutex) LockKey() string { return "redis:" + m.keys.lock }
 // contention (a node down) are retried until ctx ends; the last one is
 // quoted in the returned error. The lock.Held is a *Grant.
 func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
-	return observe(ctx, m.tel, m.name, "lock", func(ctx context.Context) (*Grant, bool, error) {
-		return acquire(ctx, m, m.name, &m.o)
-	})
+	return lockWith(ctx, m, m.tel, m.name, &m.o)
 }
 
 // TryLock makes one attempt: it returns an error matching ErrLocked (and
@@ -85,13 +83,7 @@ func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
 // error (a node down, no reply within the node timeout) as it is. The
 // lock.Held is a *Grant.
 func (m *Mutex) TryLock(ctx context.Context) (lock.Held, error) {
-	return observe(ctx, m.tel, m.name, "try lock", func(ctx context.Context) (*Grant, bool, error) {
-		if err := ctx.Err(); err != nil {
-			return nil, false, errs.New("redis", m.name, "try lock", err)
-		}
-		g, _, err := m.attempt(ctx, "try lock", "")
-		return g, false, err
-	})
+	return tryLockWith(ctx, m, m.tel, m.name)
 }
 
 // acquireReply is the acquire script's answer.

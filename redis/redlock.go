@@ -8,7 +8,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -101,9 +100,7 @@ func (r *Redlock) LockKey() string { return "redlock:" + r.keys.lock }
 // ctx end it returns an error matching ctx.Err() and leaves no key behind.
 // The lock.Held is a *Grant whose Token has Seq 0.
 func (r *Redlock) Lock(ctx context.Context) (lock.Held, error) {
-	return observe(ctx, r.tel, r.name, "lock", func(ctx context.Context) (*Grant, bool, error) {
-		return acquire(ctx, r, r.name, &r.o)
-	})
+	return lockWith(ctx, r, r.tel, r.name, &r.o)
 }
 
 // TryLock makes one attempt. If no majority grants the lock it returns an
@@ -111,13 +108,7 @@ func (r *Redlock) Lock(ctx context.Context) (lock.Held, error) {
 // another grant holds the lock on some nodes; the message names each node
 // that failed. The lock.Held is a *Grant whose Token has Seq 0.
 func (r *Redlock) TryLock(ctx context.Context) (lock.Held, error) {
-	return observe(ctx, r.tel, r.name, "try lock", func(ctx context.Context) (*Grant, bool, error) {
-		if err := ctx.Err(); err != nil {
-			return nil, false, errs.New("redis", r.name, "try lock", err)
-		}
-		g, _, err := r.attempt(ctx, "try lock", "")
-		return g, false, err
-	})
+	return tryLockWith(ctx, r, r.tel, r.name)
 }
 
 // nodeResult is one node's reply in a fan-out.
