@@ -61,7 +61,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 		return nil, err
 	}
 	var sent time.Time
-	resp, err := retry.Do(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+	resp, err := retry.Do(clientv3.WithRequireLeader(ctx), func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
 		sent = time.Now() // the attempt that is granted counts
 		return cli.Grant(ctx, int64(o.ttl/time.Second))
 	})
@@ -138,7 +138,7 @@ func (s *Session) Close(ctx context.Context) error {
 	s.stopLoop()
 	<-s.loopDone
 	s.end(ErrClosed)
-	_, err := retry.Do(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
+	_, err := retry.Do(clientv3.WithRequireLeader(ctx), func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
 		return s.cli.Revoke(ctx, s.id)
 	})
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -259,7 +259,7 @@ func (s *Session) run(ctx context.Context, lastSend time.Time) {
 		}
 		var sent time.Time
 		kctx, cancel := context.WithDeadline(ctx, deadline)
-		resp, err := retry.Do(kctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		resp, err := retry.Do(clientv3.WithRequireLeader(kctx), func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
 			sent = time.Now() // the attempt that is acknowledged counts
 			return s.cli.KeepAliveOnce(ctx, s.id)
 		})

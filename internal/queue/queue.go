@@ -133,7 +133,7 @@ func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*
 	if err := ended(s); err != nil {
 		return nil, err
 	}
-	bctx, cancel := bind(ctx, s)
+	bctx, cancel := bind(ctx, stateOf(s))
 	defer cancel()
 	// An enqueue that failed in an election is sent again: its key was
 	// removed, or voided if it was applied unseen ("Late writes").
@@ -206,10 +206,10 @@ func SessionCause(err error) error {
 var errBound = errors.New("session ended")
 
 // bind returns a copy of ctx that is also cancelled, with cause errBound,
-// when s ends. Call cancel when done.
-func bind(ctx context.Context, s Session) (context.Context, context.CancelFunc) {
+// when st's session ends. Call cancel when done.
+func bind(ctx context.Context, st *state) (context.Context, context.CancelFunc) {
 	bctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(stateOf(s).ctx, func() { cancel(errBound) })
+	stop := context.AfterFunc(st.ctx, func() { cancel(errBound) })
 	return bctx, func() { stop(); cancel(nil) }
 }
 

@@ -10,6 +10,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// reader is where a read of the wait goes: a serializable read is served
+// by the member itself, leader or not, so it is sent once (the read after
+// each watch event: the hot path of a handoff); a linearizable one needs
+// the leader, and rides out an election (internal/retry).
+func (q *Queue) reader(serializable bool) interface {
+	Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error)
+	Txn(ctx context.Context) clientv3.Txn
+} {
+	if serializable {
+		return q.cli
+	}
+	return q.kv
+}
+
 // predecessor returns the entry a one-range read found, or nil.
 func predecessor(reads []*pb.ResponseOp) *mvccpb.KeyValue {
 	if kvs := reads[0].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -55,7 +69,7 @@ func (q *Queue) check(ctx context.Context, e entry, delRev int64) (pred *mvccpb.
 		if serializable {
 			opts = append(opts, clientv3.WithSerializable())
 		}
-		if resp, err = q.kv.Get(ctx, q.prefix, opts...); err != nil {
+		if resp, err = q.reader(serializable).Get(ctx, q.prefix, opts...); err != nil {
 			return nil, 0, err
 		}
 		if !serializable || resp.Header.Revision >= delRev {
@@ -152,7 +166,7 @@ func (q *Queue) checkReader(ctx context.Context, e entry, delRev int64) (writer 
 		if serializable {
 			more = append(more, clientv3.WithSerializable())
 		}
-		if resp, err = q.kv.Txn(ctx).Then(
+		if resp, err = q.reader(serializable).Txn(ctx).Then(
 			clientv3.OpGet(e.Key, append([]clientv3.OpOption{clientv3.WithKeysOnly()}, more...)...),
 			clientv3.OpGet(q.prefix, lastWriter(q, append(more, clientv3.WithMaxCreateRev(e.Rev))...)...),
 		).Commit(); err != nil {
@@ -321,7 +335,7 @@ func (q *Queue) checkShared(ctx context.Context, e entry, n, delRev int64) (bool
 		if serializable {
 			opts = append(opts, clientv3.WithSerializable())
 		}
-		if resp, err = q.kv.Get(ctx, q.prefix, opts...); err != nil {
+		if resp, err = q.reader(serializable).Get(ctx, q.prefix, opts...); err != nil {
 			return false, err
 		}
 		if !serializable || resp.Header.Revision >= delRev {

@@ -2,16 +2,18 @@
 // leader election (a leader crashed, partitioned or paused) within the
 // caller's own bound, instead of failing or hanging until then.
 //
-// Two things go wrong during an election. A request that reaches a member
-// without a leader waits there until etcd's request timeout (seconds)
-// unless it asks for a leader (clientv3.WithRequireLeader): then the
-// member refuses it at once with ErrNoLeader, and it is retried after a
-// short backoff. And a request forwarded to a leader that has just died
+// During an election a request forwarded to a leader that has just died
 // is lost: etcd answers it only at its request timeout (5s + 2 election
-// timeouts by default). Each attempt therefore has a deadline of its own
-// (FirstAttempt for the first three, then doubling, up to MaxAttempt),
-// after which it is sent again, usually to another member: a follower
-// may go on forwarding to a dead leader for up to two election timeouts.
+// timeouts by default), and a follower may go on forwarding to the dead
+// leader for up to two election timeouts. Each attempt therefore has a
+// bound of its own (FirstAttempt for the first three, then doubling, up to
+// MaxAttempt), after which it is sent again, usually to another member;
+// etcd's refusals of an election (no leader, leader changed, a server
+// timeout) are sent again after a short backoff. A caller that wants a
+// member without a leader to refuse at once, rather than wait for the
+// attempt's bound, passes a ctx with clientv3.WithRequireLeader (the
+// session's lease requests do; the queue's, on the hot path, do not: the
+// header costs more per request than the bound saves once per election).
 //
 // A retried request may have been applied already (its reply was lost):
 // Do is for requests that are safe to send twice: reads, lease grants,
@@ -49,17 +51,15 @@ const (
 
 // Do runs op until it succeeds, fails in a way no retry mends (permission
 // denied, a lease not found, a compare's outcome: anything but the
-// transient errors of an election), or ctx ends. op gets a context with
-// WithRequireLeader and the attempt's deadline. When ctx ends, the error
-// matches ctx.Err().
+// transient errors of an election), or ctx ends. op gets a context that
+// its attempt's bound cancels. When ctx ends, the error matches ctx.Err().
 func Do[T any](ctx context.Context, op func(ctx context.Context) (T, error)) (T, error) {
-	lctx := clientv3.WithRequireLeader(ctx)
 	attempt, backoff, timeouts := FirstAttempt, minBackoff, 0
 	for {
 		// The attempt's bound is a cancel, not a deadline: a deadline goes
 		// to the server with each request (grpc-timeout), which costs
 		// etcd measurably more per request than a cancel that never comes.
-		actx, cancel := context.WithCancel(lctx)
+		actx, cancel := context.WithCancel(ctx)
 		t := time.AfterFunc(attempt, cancel)
 		v, err := op(actx)
 		timedOut := !t.Stop() && ctx.Err() == nil

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/metadata"
 )
@@ -32,14 +33,15 @@ func TestTransient(t *testing.T) {
 }
 
 // Do sends again after a transient error and after an attempt that ran out
-// of its own time, asks for a leader, and stops at once on another error.
+// of its own time, keeps the caller's metadata, and stops at once on
+// another error.
 func TestDo(t *testing.T) {
-	ctx := t.Context()
+	ctx := clientv3.WithRequireLeader(t.Context())
 	calls := 0
 	v, err := Do(ctx, func(ctx context.Context) (int, error) {
 		calls++
 		md, _ := metadata.FromOutgoingContext(ctx)
-		require.NotEmpty(t, md.Get("hasleader"), "each attempt asks for a leader")
+		require.NotEmpty(t, md.Get("hasleader"), "each attempt carries the caller's request for a leader")
 		switch calls {
 		case 1:
 			return 0, rpctypes.ErrNoLeader
