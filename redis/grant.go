@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/fault"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -52,7 +53,7 @@ type Grant struct {
 	ops   grantOps
 	ttl   time.Duration
 	drift time.Duration
-	start time.Time // when the acquire was sent
+	start time.Time // when the acquire was sent; on internal/fault's clock, as deadline is
 	done  chan struct{}
 	tel   *obs.T
 
@@ -92,7 +93,7 @@ func newGrant(name string, seq uint64, value string, ops grantOps, o *options, s
 	tel.Held(name, seq) // before the timer, which may end the grant at once
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.timer = time.AfterFunc(time.Until(g.deadline), g.expire)
+	g.timer = time.AfterFunc(fault.Until(g.deadline), g.expire)
 	if o.autoExtend {
 		ctx, cancel := context.WithCancel(context.Background())
 		g.stopWatch = cancel
@@ -146,7 +147,7 @@ func (g *Grant) Extend(ctx context.Context) error {
 	if g.state != stateHeld {
 		return errs.New("redis", g.name, "extend", g.err)
 	}
-	if !time.Now().Before(g.deadline) {
+	if !fault.Now().Before(g.deadline) {
 		g.endLocked(g.expiredErr(), obs.LostExpired)
 		return g.err
 	}
@@ -159,7 +160,7 @@ func (g *Grant) Extend(ctx context.Context) error {
 	}
 	if nd := start.Add(g.ttl - g.drift); nd.After(g.deadline) {
 		g.deadline = nd
-		g.timer.Reset(time.Until(nd))
+		g.timer.Reset(fault.Until(nd))
 	}
 	return nil
 }
@@ -246,7 +247,7 @@ func (g *Grant) settleLocked(rerr error) error {
 func (g *Grant) expire() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.state != stateHeld || time.Now().Before(g.deadline) {
+	if g.state != stateHeld || fault.Now().Before(g.deadline) {
 		return // ended already, or extended after the timer fired
 	}
 	g.endLocked(g.expiredErr(), obs.LostExpired)
@@ -286,7 +287,7 @@ func (g *Grant) watch(ctx context.Context, maxHold time.Duration) {
 			return
 		case <-t.C:
 		}
-		if maxHold > 0 && time.Since(g.start) >= maxHold {
+		if maxHold > 0 && fault.Since(g.start) >= maxHold {
 			return
 		}
 		ectx, cancel := context.WithTimeout(ctx, interval)

@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/fault"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -94,7 +95,7 @@ type acquireReply struct {
 
 func (m *Mutex) attempt(ctx context.Context, op, wid string) (*Grant, time.Duration, error) {
 	value := newValue(m.o.owner)
-	start := time.Now()
+	start := fault.Now()
 	// WAIT may take its own timeout on top of the node timeout.
 	d := m.o.nodeTimeout
 	if m.o.replicas > 0 {
@@ -119,7 +120,7 @@ func (m *Mutex) attempt(ctx context.Context, op, wid string) (*Grant, time.Durat
 		m.undo(ctx, value)
 		return nil, 0, errs.New("redis", m.name, op, cerr)
 	}
-	if !time.Now().Before(start.Add(m.o.ttl - m.o.driftAllowance())) {
+	if !fault.Now().Before(start.Add(m.o.ttl - m.o.driftAllowance())) {
 		m.undo(ctx, value)
 		return nil, 0, errs.New("redis", m.name, op, fmt.Errorf("no validity left after the acquire round trip (ttl %v)", m.o.ttl))
 	}
@@ -217,7 +218,7 @@ func (m *Mutex) leave(ctx context.Context, wid string) {
 
 // extend implements grantOps.
 func (m *Mutex) extend(ctx context.Context, value string) (time.Time, error) {
-	start := time.Now()
+	start := fault.Now()
 	var n int64
 	err := m.node.do(ctx, m.keys.lock, m.o.nodeTimeout, func(ctx context.Context, c goredis.UniversalClient) (err error) {
 		n, err = extendScript.Run(ctx, c, []string{m.keys.lock}, value, m.o.ttl.Milliseconds()).Int64()

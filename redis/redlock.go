@@ -8,6 +8,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/fault"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -253,7 +254,7 @@ func (r *Redlock) allNodes() []int {
 
 func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Duration, error) {
 	value := newValue(r.o.owner)
-	start := time.Now()
+	start := fault.Now()
 	// A plain SET NX with the TTL: a Redlock has no token to count and no
 	// waiter registry, so it needs nothing of the Mutex's acquire script.
 	setNX := func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
@@ -279,7 +280,7 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 		r.nodes[i].cleanupNow(ctx, r.keys.lock, r.releaseErr(value))
 	}
 	rd, qe := r.fanout(ctx, op, r.allNodes(), setNX, r.settled, late)
-	validity := r.o.ttl - time.Since(start) - r.o.driftAllowance()
+	validity := r.o.ttl - fault.Since(start) - r.o.driftAllowance()
 	if qe.ok >= r.quorum && validity > 0 {
 		rd.mu.Lock()
 		rd.alive = true
@@ -360,7 +361,7 @@ type redlockGrant struct {
 // timeout passed.
 func (g *redlockGrant) extend(ctx context.Context, value string) (time.Time, error) {
 	r := g.r
-	start := time.Now()
+	start := fault.Now()
 	_, qe := r.fanout(ctx, "extend", r.allNodes(), func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		return extendScript.Run(ctx, c, []string{r.keys.lock}, value, r.o.ttl.Milliseconds()).Int64()
 	}, r.settled, nil)

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock/internal/fault"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/retry"
 )
@@ -62,14 +63,25 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 	}
 	var sent time.Time
 	resp, err := retry.Do(clientv3.WithRequireLeader(ctx), func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
-		sent = time.Now() // the attempt that is granted counts
+		sent = fault.Now() // the attempt that is granted counts
 		return cli.Grant(ctx, int64(o.ttl/time.Second))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: grant lease: %w", err)
 	}
-	s := newSession(cli, resp.ID, o, sent.Add(time.Duration(resp.TTL)*time.Second-o.margin))
+	s := newSession(cli, resp.ID, o, sent.Add(o.validity(time.Duration(resp.TTL)*time.Second)))
 	return s, nil
+}
+
+// validity is how long after a request granting or renewing the lease for
+// ttl was sent the local deadline falls: ttl − margin. The local deadlines
+// and the heartbeat schedule run on internal/fault's clock, which is the
+// monotonic clock unless the build has the tag dlock_faults.
+func (o *options) validity(ttl time.Duration) time.Duration {
+	if fault.Planted(fault.LateDone) {
+		return ttl + ttl/2 // the planted bug: past the server's expiry
+	}
+	return ttl - o.margin
 }
 
 func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline time.Time) *Session {
@@ -88,7 +100,7 @@ func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline t
 		deadline:    deadline,
 		tel:         obs.New(obs.Config(o.tel), "etcd"),
 	}
-	go s.run(loopCtx, time.Now())
+	go s.run(loopCtx, fault.Now())
 	return s
 }
 
@@ -190,8 +202,9 @@ func (s *Session) attached() []Attachment {
 	return s.order
 }
 
-// end ends the session with err, once: it ends the attachments (and with
-// them the grants on the session), then closes Done and cancels Context.
+// end ends the session with err, once: it calls internal/fault's session-end
+// hook, ends the attachments (and with them the grants on the session),
+// then closes Done and cancels Context.
 func (s *Session) end(err error) {
 	s.mu.Lock()
 	if s.err != nil {
@@ -201,7 +214,9 @@ func (s *Session) end(err error) {
 	s.err = err
 	ended := s.order
 	s.attachments, s.order = nil, nil
+	deadline := s.deadline
 	s.mu.Unlock()
+	fault.SessionEnded(int64(s.id), deadline, err) // a no-op without the tag dlock_faults
 	for _, a := range ended {
 		a.End(err)
 	}
@@ -242,11 +257,11 @@ func (s *Session) retryInterval() time.Duration {
 func (s *Session) run(ctx context.Context, lastSend time.Time) {
 	defer close(s.loopDone)
 	next := lastSend.Add(s.opts.heartbeat)
-	hb := time.NewTimer(time.Until(next))
+	hb := time.NewTimer(fault.Until(next))
 	defer hb.Stop()
 	for {
 		deadline := s.Deadline()
-		expire := time.NewTimer(time.Until(deadline))
+		expire := time.NewTimer(fault.Until(deadline))
 		select {
 		case <-ctx.Done():
 			expire.Stop()
@@ -258,28 +273,28 @@ func (s *Session) run(ctx context.Context, lastSend time.Time) {
 			expire.Stop()
 		}
 		var sent time.Time
-		kctx, cancel := context.WithDeadline(ctx, deadline)
+		kctx, cancel := context.WithDeadline(ctx, fault.Real(deadline))
 		resp, err := retry.Do(clientv3.WithRequireLeader(kctx), func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
-			sent = time.Now() // the attempt that is acknowledged counts
+			sent = fault.Now() // the attempt that is acknowledged counts
 			return s.cli.KeepAliveOnce(ctx, s.id)
 		})
 		cancel()
 		switch {
 		case err == nil:
-			s.extend(sent.Add(time.Duration(resp.TTL)*time.Second - s.opts.margin))
+			s.extend(sent.Add(s.opts.validity(time.Duration(resp.TTL) * time.Second)))
 			bctx, cancel := context.WithTimeout(ctx, s.opts.heartbeat/2)
 			for _, a := range s.attached() {
 				a.Heartbeat(bctx) // the check of the keys the locks hold
 			}
 			cancel()
-			hb.Reset(time.Until(sent.Add(s.opts.heartbeat)))
+			hb.Reset(fault.Until(sent.Add(s.opts.heartbeat)))
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.end(ErrLeaseGone)
 			return
 		case ctx.Err() != nil:
 			return
 		default:
-			if !time.Now().Before(s.Deadline()) {
+			if !fault.Now().Before(s.Deadline()) {
 				s.end(ErrExpired)
 				return
 			}

@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
 	"time"
+
+	"github.com/dlock-go/dlock/integration/etcdtest"
 )
 
 // EtcdImage is the official name the locally built etcd image is tagged
@@ -35,14 +38,13 @@ func BuildEtcd(tb testing.TB) string {
 	if exec.CommandContext(ctx, "docker", "image", "inspect", EtcdImage).Run() == nil {
 		return EtcdImage
 	}
-	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	src, err := etcdtest.Source()
 	if err != nil {
-		tb.Fatalf("containers: go env GOMOD: %v", err)
+		tb.Fatalf("containers: %v", err)
 	}
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
 	dir := tb.TempDir()
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(dir, "etcd"), "./integration/containers/etcd")
-	build.Dir = root
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(dir, "etcd"), ".")
+	build.Dir = src
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		tb.Fatalf("containers: build static etcd: %v\n%s", err, out)

@@ -44,7 +44,7 @@ func binary() (string, error) {
 // build builds etcdmain from the integration/containers/etcd directory
 // found above the working directory, unless the cache has it already.
 func build() (string, error) {
-	src, err := source()
+	src, err := Source()
 	if err != nil {
 		return "", err
 	}
@@ -86,9 +86,11 @@ func build() (string, error) {
 	return path, nil
 }
 
-// source finds integration/containers/etcd in the working directory or
-// one of its parents (a test runs in its package's directory).
-func source() (string, error) {
+// Source finds the directory of etcd's server main in this repository,
+// integration/containers/etcd, in the working directory or one of its
+// parents (a test runs in its package's directory, in any module of the
+// repository).
+func Source() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/integration/testenv"
+)
+
+// need ends the test unless this machine can run the harness: root (for
+// namespaces, iptables and FUSE), iproute2 and iptables.
+func need(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "netns", "the cluster harness needs root (network namespaces, iptables, FUSE)")
+	}
+	for _, bin := range []string{"ip", "iptables", "tc"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			testenv.Missing(t, "netns", bin+" not found (apt-get install iproute2 iptables)")
+		}
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		testenv.Missing(t, "fuse", "/dev/fuse not found")
+	}
+}
+
+// seed is DLOCK_SEED, or def.
+func seed(t *testing.T, def int64) int64 {
+	if s := os.Getenv("DLOCK_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("DLOCK_SEED=%q: %v", s, err)
+		}
+		return n
+	}
+	return def
+}
+
+// artifacts returns the run's directory: under DLOCK_ARTIFACTS if set
+// (kept), else a temporary one kept only if the test fails.
+func artifacts(t *testing.T) string {
+	name := strings.ReplaceAll(t.Name(), "/", "-")
+	if root := os.Getenv("DLOCK_ARTIFACTS"); root != "" {
+		dir := filepath.Join(root, fmt.Sprintf("%s-%s", name, time.Now().Format("20060102-150405")))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	dir, err := os.MkdirTemp("", "dlock-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("artifacts kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// runCluster runs cfg under t, logging progress, and returns the report.
+func runCluster(t *testing.T, ctx context.Context, cfg Config) *Report {
+	t.Helper()
+	cfg.EtcdBin = etcdtest.Binary(t)
+	cfg.Dir = artifacts(t)
+	rep, err := Run(ctx, cfg, func(format string, args ...any) {
+		t.Logf("%s "+format, append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	})
+	if err != nil {
+		t.Fatalf("run: %v (replay: DLOCK_SEED=%d go test -run '^%s$')", err, cfg.Seed, t.Name())
+	}
+	t.Logf("report:\n%s", rep)
+	return rep
+}
+
+// TestSmoke runs every etcd fault class once, in a seeded order, against
+// all four workloads, and requires every checker to pass. The unfenced
+// control must see double grants (the pause faults make them): a run that
+// sees none is too gentle to count.
+func TestSmoke(t *testing.T) {
+	need(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	rep := runCluster(t, ctx, Config{Seed: seed(t, 20261206), Faults: len(EtcdClasses), Lossy: true})
+	verdict(t, rep)
+	double := 0
+	for _, r := range rep.Rows {
+		double += r.Double
+		if r.Grants == 0 {
+			t.Errorf("%s: no grant at all", r.Workload)
+		}
+	}
+	if double == 0 {
+		t.Errorf("the unfenced control saw no double grant: the run is too gentle to count")
+	}
+}
+
+// TestSoak is the long run: DLOCK_SOAK=30m (a duration) turns it on.
+func TestSoak(t *testing.T) {
+	d, err := time.ParseDuration(os.Getenv("DLOCK_SOAK"))
+	if err != nil || d <= 0 {
+		t.Skip("set DLOCK_SOAK to a duration (30m) to run the soak")
+	}
+	need(t)
+	ctx, cancel := context.WithTimeout(t.Context(), d+15*time.Minute)
+	defer cancel()
+	per := 8
+	if s := os.Getenv("DLOCK_SOAK_WORKERS"); s != "" {
+		per, _ = strconv.Atoi(s)
+	}
+	rep := runCluster(t, ctx, Config{Seed: seed(t, 20261206), Duration: d, Lossy: true, PerWorkload: per})
+	verdict(t, rep)
+}
+
+// verdict fails t with the report's failures, and says how to replay.
+func verdict(t *testing.T, rep *Report) {
+	t.Helper()
+	for _, f := range rep.Failures {
+		t.Error(f)
+	}
+	if t.Failed() {
+		t.Logf("replay: DLOCK_SEED=%d go test -run '^%s$' (artifacts: %s; recheck: go run ./cmd/table %s)", rep.Seed, t.Name(), rep.Dir, rep.Dir)
+	}
+}

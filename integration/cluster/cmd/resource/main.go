@@ -1,0 +1,405 @@
+// Command resource is the shared resource of the cluster fault harness:
+// one HTTP server holding, per lock name, two registers that the workers
+// use under their grants, and a log (history.Record JSONL) of what it saw.
+//
+//   - The fenced register checks the token each request presents, with
+//     fence.MemoryGuard's rule: a token is admitted if it is at least the
+//     highest one admitted for the lock; a read does not raise that mark,
+//     a write does. It is the guard under test: with a correct lock and
+//     guard, a stale holder's write is refused, never applied.
+//   - The unfenced register checks nothing. It is the control: it tracks
+//     who is inside a critical section and logs every overlap the lock
+//     forbids and every lost update, the evidence of a double grant that
+//     a fence would have made harmless.
+//
+// Usage:
+//
+//	resource -listen 10.0.0.2:8080 -log run/resource.jsonl [-cap dlock-semaphore=2] [-plant admit-lower]
+//
+// It prints "LISTEN <addr>" on stdout once it accepts connections, and
+// exits 0 on SIGTERM or SIGINT after closing the log (1 on any other
+// error, logged to stderr). The HTTP interface (every parameter in the
+// query; bodies are decimal values):
+//
+//	GET  /fenced?lock=L&tok=N            200 "<v>" if N >= mark (the mark is unchanged), else 409
+//	POST /fenced?lock=L&tok=N&v=V        if N >= mark: mark = N, value = V, Record write, 200 "<V>"; else 409
+//	POST /unfenced/enter?lock=L&who=W&mode=x|s
+//	                                     200 "<v>"; Record overlap for each occupant W conflicts with
+//	POST /unfenced/exit?lock=L&who=W&v=V&expect=E
+//	                                     mode x: Record lost-update if value != E, then value = V;
+//	                                     W leaves; 200 "<v>" (the value after the exit); 404 if W is not inside
+//	POST /unfenced/evict?who=wN          every entry of worker wN leaves (for a worker the harness killed)
+//	GET  /healthz                        200
+//
+// Occupancy per lock: a mode-x occupant excludes every other; mode-s
+// occupants may share, up to the lock's cap (-cap; unlimited by default).
+// Who is "w<N>/g<M>": a worker enters with one grant at a time, so an
+// enter by wN evicts wN's earlier entries of that lock (an exit that never
+// arrived, the worker's reply lost or the worker restarted).
+//
+// The plant admit-lower makes the fenced register admit every token (the
+// mark still only rises): a broken guard, for checking the checkers.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock/integration/cluster/history"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:0", "address to serve HTTP on")
+	logPath := flag.String("log", "resource.jsonl", "path of the history.Record JSONL log")
+	plant := flag.String("plant", "", "planted bug: admit-lower (the fenced register admits every token)")
+	caps := flag.String("cap", "", "shared-occupancy caps, LOCK=N,... (default unlimited)")
+	flag.Parse()
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	log.SetPrefix("resource: ")
+	if err := run(*listen, *logPath, *plant, *caps); err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+}
+
+func run(listen, logPath, plant, caps string) error {
+	if plant != "" && plant != "admit-lower" {
+		return fmt.Errorf("-plant %q: want admit-lower or nothing", plant)
+	}
+	capOf, err := parseCaps(caps)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	lw, err := history.Create(logPath)
+	if err != nil {
+		return err
+	}
+	r := newResource(lw, capOf, plant == "admit-lower")
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		lw.Close()
+		return err
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Printf("LISTEN %s\n", ln.Addr())
+	log.Printf("listening on %s, log %s, caps %v, plant %q", ln.Addr(), logPath, capOf, plant)
+
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-served:
+	case err = <-r.failed:
+		err = fmt.Errorf("log: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if e := srv.Shutdown(sctx); err == nil && e != nil {
+		err = e
+	}
+	if e := lw.Close(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// parseCaps parses "L1=N1,L2=N2".
+func parseCaps(s string) (map[string]int, error) {
+	caps := make(map[string]int)
+	if s == "" {
+		return caps, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		name, n, ok := strings.Cut(kv, "=")
+		c, err := strconv.Atoi(n)
+		if !ok || name == "" || err != nil || c < 1 {
+			return nil, fmt.Errorf("-cap %q: want LOCK=N with N >= 1", kv)
+		}
+		caps[name] = c
+	}
+	return caps, nil
+}
+
+// resource is the registers and their log. It is safe for concurrent use:
+// one mutex orders every request, so the log's order is the order the
+// registers applied them.
+type resource struct {
+	log        *history.Writer
+	caps       map[string]int // shared-occupancy cap per lock; absent: unlimited
+	admitLower bool
+	failed     chan error // the first log write error (the run's evidence is broken)
+	mux        *http.ServeMux
+	mu         sync.Mutex
+	fenced     map[string]*fencedReg
+	unfenced   map[string]*unfencedReg
+	failedOnce sync.Once
+}
+
+type fencedReg struct {
+	mark  uint64 // highest token admitted to write
+	value int64
+}
+
+type unfencedReg struct {
+	value      int64
+	lastWriter string     // who wrote value
+	inside     []occupant // in order of entry
+}
+
+type occupant struct {
+	who  string
+	mode string // "x" or "s"
+}
+
+func newResource(lw *history.Writer, caps map[string]int, admitLower bool) *resource {
+	r := &resource{
+		log: lw, caps: caps, admitLower: admitLower,
+		failed:   make(chan error, 1),
+		fenced:   make(map[string]*fencedReg),
+		unfenced: make(map[string]*unfencedReg),
+		mux:      http.NewServeMux(),
+	}
+	r.mux.HandleFunc("GET /fenced", r.fencedRead)
+	r.mux.HandleFunc("POST /fenced", r.fencedWrite)
+	r.mux.HandleFunc("POST /unfenced/enter", r.enter)
+	r.mux.HandleFunc("POST /unfenced/exit", r.exit)
+	r.mux.HandleFunc("POST /unfenced/evict", r.evict)
+	r.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	return r
+}
+
+func (r *resource) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.ServeHTTP(w, req) }
+
+// record appends rec to the log; r.mu is held. A failed write is
+// reported once on r.failed (run stops the server) and answered 500.
+func (r *resource) record(rec history.Record) error {
+	err := r.log.Write(rec)
+	if err != nil {
+		r.failedOnce.Do(func() { r.failed <- err })
+	}
+	return err
+}
+
+// admits reports whether tok may act on a register whose mark is mark.
+// Seq 0 is no token (fence.Token's rule): never admitted by the guard.
+func (r *resource) admits(tok, mark uint64) bool {
+	return r.admitLower || (tok != 0 && tok >= mark)
+}
+
+func (r *resource) fencedRead(w http.ResponseWriter, req *http.Request) {
+	q := query{req: req}
+	name, tok := q.str("lock"), q.uint("tok")
+	if q.bad(w) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reg := r.fencedReg(name)
+	if !r.admits(tok, reg.mark) {
+		http.Error(w, fmt.Sprintf("stale token %d < %d", tok, reg.mark), http.StatusConflict)
+		return
+	}
+	fmt.Fprint(w, reg.value)
+}
+
+func (r *resource) fencedWrite(w http.ResponseWriter, req *http.Request) {
+	q := query{req: req}
+	name, tok, v := q.str("lock"), q.uint("tok"), q.int("v")
+	if q.bad(w) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reg := r.fencedReg(name)
+	if !r.admits(tok, reg.mark) {
+		http.Error(w, fmt.Sprintf("stale token %d < %d", tok, reg.mark), http.StatusConflict)
+		return
+	}
+	reg.mark = max(reg.mark, tok)
+	reg.value = v
+	if err := r.record(history.Record{Kind: history.Write, Lock: name, T: history.Now(), Tok: tok, Value: v}); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	fmt.Fprint(w, v)
+}
+
+func (r *resource) enter(w http.ResponseWriter, req *http.Request) {
+	q := query{req: req}
+	name, who, mode := q.str("lock"), q.who("who"), q.mode("mode")
+	if q.bad(w) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reg := r.unfencedReg(name)
+	worker, _, _ := strings.Cut(who, "/")
+	reg.leave(func(o occupant) bool { return strings.HasPrefix(o.who, worker+"/") })
+	shared := 1 // the entering one, if shared
+	for _, o := range reg.inside {
+		if o.mode == "s" {
+			shared++
+		}
+	}
+	capacity, limited := r.caps[name]
+	overCap := mode == "s" && limited && shared > capacity
+	now := history.Now()
+	for _, o := range reg.inside {
+		if mode == "x" || o.mode == "x" || overCap {
+			if err := r.record(history.Record{Kind: history.Overlap, Lock: name, T: now, A: o.who, B: who}); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+	}
+	reg.inside = append(reg.inside, occupant{who: who, mode: mode})
+	fmt.Fprint(w, reg.value)
+}
+
+func (r *resource) exit(w http.ResponseWriter, req *http.Request) {
+	q := query{req: req}
+	name, who, v, expect := q.str("lock"), q.who("who"), q.int("v"), q.int("expect")
+	if q.bad(w) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reg := r.unfencedReg(name)
+	var found *occupant
+	for i := range reg.inside {
+		if reg.inside[i].who == who {
+			found = &reg.inside[i]
+			break
+		}
+	}
+	if found == nil {
+		http.Error(w, fmt.Sprintf("%s is not inside %s", who, name), http.StatusNotFound)
+		return
+	}
+	if found.mode == "x" {
+		if reg.value != expect {
+			// A: who wrote in between; B: whose update that write lost.
+			rec := history.Record{Kind: history.LostUpdate, Lock: name, T: history.Now(), Value: reg.value, A: reg.lastWriter, B: who}
+			if err := r.record(rec); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		reg.value, reg.lastWriter = v, who
+	}
+	reg.leave(func(o occupant) bool { return o.who == who })
+	fmt.Fprint(w, reg.value)
+}
+
+func (r *resource) evict(w http.ResponseWriter, req *http.Request) {
+	q := query{req: req}
+	worker := q.str("who")
+	if q.bad(w) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, reg := range r.unfenced {
+		reg.leave(func(o occupant) bool { return strings.HasPrefix(o.who, worker+"/") })
+	}
+}
+
+// leave removes the occupants gone reports.
+func (reg *unfencedReg) leave(gone func(occupant) bool) {
+	kept := reg.inside[:0]
+	for _, o := range reg.inside {
+		if !gone(o) {
+			kept = append(kept, o)
+		}
+	}
+	reg.inside = kept
+}
+
+func (r *resource) fencedReg(name string) *fencedReg {
+	reg := r.fenced[name]
+	if reg == nil {
+		reg = &fencedReg{}
+		r.fenced[name] = reg
+	}
+	return reg
+}
+
+func (r *resource) unfencedReg(name string) *unfencedReg {
+	reg := r.unfenced[name]
+	if reg == nil {
+		reg = &unfencedReg{}
+		r.unfenced[name] = reg
+	}
+	return reg
+}
+
+// query reads a request's query parameters, keeping the first problem.
+type query struct {
+	req *http.Request
+	err error
+}
+
+func (q *query) str(key string) string {
+	v := q.req.URL.Query().Get(key)
+	if v == "" && q.err == nil {
+		q.err = fmt.Errorf("missing %s", key)
+	}
+	return v
+}
+
+func (q *query) int(key string) int64 {
+	n, err := strconv.ParseInt(q.str(key), 10, 64)
+	if err != nil && q.err == nil {
+		q.err = fmt.Errorf("%s: %w", key, err)
+	}
+	return n
+}
+
+func (q *query) uint(key string) uint64 {
+	n, err := strconv.ParseUint(q.str(key), 10, 64)
+	if err != nil && q.err == nil {
+		q.err = fmt.Errorf("%s: %w", key, err)
+	}
+	return n
+}
+
+// who reads a "w<N>/g<M>" parameter.
+func (q *query) who(key string) string {
+	v := q.str(key)
+	if worker, _, ok := strings.Cut(v, "/"); (!ok || worker == "") && q.err == nil {
+		q.err = fmt.Errorf("%s %q: want w<N>/g<M>", key, v)
+	}
+	return v
+}
+
+func (q *query) mode(key string) string {
+	v := q.str(key)
+	if v != "x" && v != "s" && q.err == nil {
+		q.err = fmt.Errorf("%s %q: want x or s", key, v)
+	}
+	return v
+}
+
+// bad answers 400 if a parameter was missing or malformed.
+func (q *query) bad(w http.ResponseWriter) bool {
+	if q.err == nil {
+		return false
+	}
+	http.Error(w, q.err.Error(), http.StatusBadRequest)
+	return true
+}

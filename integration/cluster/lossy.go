@@ -1,0 +1,41 @@
+package cluster
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/dlock-go/dlock/integration/cluster/internal/lossyfs"
+)
+
+// LossyDir is a member's data directory on lossyfs: what the member writes
+// without fsync is lost when Drop is called after a SIGKILL (a power
+// loss).
+type LossyDir struct {
+	mnt string
+	fs  *lossyfs.FS
+}
+
+// MountLossy mounts lossyfs at dir/mnt over dir/backing.
+func MountLossy(dir string) (*LossyDir, error) {
+	mnt, backing := filepath.Join(dir, "mnt"), filepath.Join(dir, "backing")
+	for _, d := range []string{mnt, backing} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	f, err := lossyfs.Mount(mnt, backing)
+	if err != nil {
+		return nil, err
+	}
+	return &LossyDir{mnt: mnt, fs: f}, nil
+}
+
+// Path is the mountpoint, where the member keeps its data.
+func (d *LossyDir) Path() string { return d.mnt }
+
+// Drop discards every unsynced write and returns the bytes lost. Call it
+// only once the member's process is dead.
+func (d *LossyDir) Drop() int64 { return d.fs.DropUnsynced() }
+
+// Close unmounts; every process using the mount must be dead.
+func (d *LossyDir) Close() error { return d.fs.Unmount() }

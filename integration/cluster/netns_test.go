@@ -1,0 +1,99 @@
+package cluster
+
+import (
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// dial tries a TCP connection from host h to addr, with a timeout: true
+// if it connected.
+func dial(t *testing.T, h *Host, addr string) bool {
+	t.Helper()
+	code := "import socket,sys\ns=socket.create_connection(('" + strings.ReplaceAll(addr, ":", "',") + "),timeout=1)\n"
+	return exec.Command("ip", "netns", "exec", h.NS, "python3", "-c", code).Run() == nil
+}
+
+// TestNet checks the network the faults rely on: hosts reach each other
+// and the test process reaches them; Drop cuts two hosts apart both ways,
+// DropOneWay one way, Heal restores them; Close leaves no namespace.
+func TestNet(t *testing.T) {
+	need(t)
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not found")
+	}
+	nt, err := NewNet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			nt.Close()
+		}
+	}()
+	a, err := nt.AddHost("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := nt.AddHost("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := StartProc(a, "http", t.TempDir()+"/http.log", nil, nil, "python3", "-m", "http.server", "--bind", a.IP, "8000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Kill()
+	url := "http://" + a.IP + ":8000/"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := (&http.Client{Timeout: time.Second}).Get(url)
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the test process cannot reach %s: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a server's start: nothing to watch
+	}
+	if !dial(t, b, a.IP+":8000") {
+		t.Fatal("b cannot reach a before any fault")
+	}
+	if err := nt.Drop(a, b); err != nil {
+		t.Fatal(err)
+	}
+	if dial(t, b, a.IP+":8000") {
+		t.Fatal("b reaches a through Drop")
+	}
+	if err := nt.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if !dial(t, b, a.IP+":8000") {
+		t.Fatal("b cannot reach a after Heal")
+	}
+	if err := nt.DropOneWay(b, a); err != nil {
+		t.Fatal(err)
+	}
+	if dial(t, b, a.IP+":8000") {
+		t.Fatal("b's packets reach a through DropOneWay(b, a)")
+	}
+	if err := nt.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if err := nt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), nt.prefix) {
+			t.Errorf("namespace %s left after Close", e.Name())
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPlanted shows that each checker can fail: every case plants one bug
+// (in the library through -tags dlock_faults and DLOCK_PLANT, in the
+// worker, or in the resource) and requires the checker made for it to
+// report it.
+func TestPlanted(t *testing.T) {
+	need(t)
+	cases := []struct {
+		name   string
+		cfg    Config
+		expect string // a substring of some failure
+	}{{
+		// A grant that skips the predecessor check double-grants; a guard
+		// that admits lower tokens lets the stale writes in.
+		name:   "admit-lower",
+		cfg:    Config{Plant: "skip-check", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+		expect: "fenced register not linearizable",
+	}, {
+		name:   "skip-check",
+		cfg:    Config{Plant: "skip-check", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+		expect: "Done after a successor's grant",
+	}, {
+		// Done closing after the server's expiry: only a holder cut off
+		// while it holds shows it, so holders hold until Done.
+		name:   "late-done",
+		cfg:    Config{Plant: "late-done", Faults: 2, Classes: []string{"partition-holder"}, Workloads: []string{"mutex"}, Hold: time.Hour},
+		expect: "Done after a successor's grant",
+	}, {
+		name:   "first-token",
+		cfg:    Config{WorkerPlant: "first-token", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+		expect: "token regression",
+	}, {
+		name:   "hold-forever",
+		cfg:    Config{WorkerPlant: "hold-forever", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+		expect: "no progress",
+	}, {
+		name:   "leak-key",
+		cfg:    Config{WorkerPlant: "leak-key", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+		expect: "nothing left: key dlock/leak/",
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+			defer cancel()
+			cfg := c.cfg
+			cfg.Seed = seed(t, 7)
+			rep := runCluster(t, ctx, cfg)
+			for _, f := range rep.Failures {
+				if strings.Contains(f, c.expect) {
+					t.Logf("the checker caught the plant: %s", f)
+					return
+				}
+			}
+			t.Errorf("no failure mentions %q: the checker missed the planted bug", c.expect)
+		})
+	}
+}

@@ -1,0 +1,791 @@
+package cluster
+
+// Redis runs: the library's Redis backends in the same harness as etcd's,
+// under faults of their own (nemesis_redis.go), judged by the same
+// checkers. What fails a Redis run differs: double grants, Done after a
+// successor's grant, token regressions and a fenced register that is not
+// linearizable are what the run measures (the backends promise no
+// better under these faults), not failures.
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/integration/cluster/history"
+)
+
+// RedisWorkloads are the Redis workloads: "redis", the single-node Mutex
+// on the master of a Sentinel group (a master, a replica, three
+// sentinels), and "redlock", Redlock over three independent nodes.
+var RedisWorkloads = []string{"redis", "redlock"}
+
+// The Sentinel group's settings.
+const (
+	redisMasterName = "mymaster"
+	redisPort       = 6379
+	sentinelPort    = 26379
+	// sentinelDownAfter is down-after-milliseconds: how long the master
+	// must be silent before a sentinel holds it down.
+	sentinelDownAfter = time.Second
+	// sentinelFailoverTimeout is failover-timeout: how long a failover may
+	// take before another is tried.
+	sentinelFailoverTimeout = 3 * time.Second
+)
+
+// redisDefaults fills what a Redis run defaults differently from an etcd
+// run, before Config.defaults: the workloads, and holds up to two TTLs
+// (the lock extends itself while held; a holder must still hold when a
+// failover completes for the run to show what the failover does).
+func (c *Config) redisDefaults() {
+	if len(c.Workloads) == 0 {
+		c.Workloads = RedisWorkloads
+	}
+	if c.TTL == 0 {
+		c.TTL = 3 * time.Second
+	}
+	if c.Hold == 0 {
+		c.Hold = 2 * c.TTL
+	}
+}
+
+// RedisNode is one redis-server, in server or sentinel mode, alone on its
+// host. Each start is a new process on the same address with no data
+// (--save "" --appendonly no): a restart comes back empty.
+type RedisNode struct {
+	Name string
+	Host *Host
+	Port int
+	Dir  string // its working directory, under the run's artifacts
+
+	h    *Harness
+	args []string // after the binary
+
+	mu     sync.Mutex
+	proc   *Proc
+	factor float64 // the running process's clock factor (0: the real clock)
+}
+
+// Addr returns host:port.
+func (n *RedisNode) Addr() string { return net.JoinHostPort(n.Host.IP, strconv.Itoa(n.Port)) }
+
+// Factor returns the clock factor of the running process (0: real).
+func (n *RedisNode) Factor() float64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.factor
+}
+
+// start starts the node with args (nil: its own) and waits until it
+// answers PING. A factor other than 0 runs it under the fast-clock shim
+// so (see BuildFastClock).
+func (n *RedisNode) start(ctx context.Context, args []string, shim string, factor float64) error {
+	if args == nil {
+		args = n.args
+	}
+	var env []string
+	if factor != 0 {
+		env = fastClockEnv(shim, factor)
+	}
+	p, err := StartProc(n.Host, n.Name, filepath.Join(n.h.Dir, "logs", n.Name+".log"), env, nil, append([]string{"redis-server"}, args...)...)
+	if err != nil {
+		return err
+	}
+	if !n.h.track(p) {
+		return errors.New("harness closed")
+	}
+	n.mu.Lock()
+	n.proc, n.factor = p, factor
+	n.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := waitPing(wctx, n.Addr(), p); err != nil {
+		return fmt.Errorf("%s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// kill SIGKILLs the running process and waits until it is reaped.
+func (n *RedisNode) kill() {
+	n.mu.Lock()
+	p := n.proc
+	n.mu.Unlock()
+	if p != nil {
+		p.Kill()
+	}
+}
+
+// running reports whether the node's process is alive.
+func (n *RedisNode) running() bool {
+	n.mu.Lock()
+	p := n.proc
+	n.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// client returns a client of the node, from the test process (which
+// reaches every host through the Net's admin link, under no fault).
+func (n *RedisNode) client() *goredis.Client {
+	return goredis.NewClient(&goredis.Options{
+		Addr: n.Addr(), DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+		MaxRetries: -1, ContextTimeoutEnabled: true,
+	})
+}
+
+// waitPing waits until addr answers PING, or p exits, or ctx ends.
+func waitPing(ctx context.Context, addr string, p *Proc) error {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s does not answer PING: %v (%w)", addr, err, ctx.Err())
+		case <-p.Done():
+			return fmt.Errorf("%s exited: %v (its log: logs/%s.log)", addr, p.Err(), p.Name)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// track adds a server process to those Close kills; false (and the
+// process killed) if the harness is closed already.
+func (h *Harness) track(p *Proc) bool {
+	h.mu.Lock()
+	closed := h.closed
+	if !closed {
+		h.servers = append(h.servers, p)
+	}
+	h.mu.Unlock()
+	if closed {
+		p.Kill()
+	}
+	return !closed
+}
+
+// RedisHarness is a running Redis run: a Harness (the network, the
+// resource, the workers; Etcd is nil) and the Redis topology, each server
+// alone on a host of the Net:
+//
+//   - the Sentinel group: rm (the master at start) and rr (its replica),
+//     and the sentinels s0–s2 (quorum 2, down-after 1s);
+//   - the Redlock nodes l0–l2, independent masters;
+//   - the workers, all on the host cli.
+//
+// Close (the Harness's) kills every process, the servers too.
+type RedisHarness struct {
+	*Harness
+	Data      []*RedisNode // rm, rr: which is the master changes with failovers
+	Sentinels []*RedisNode
+	Redlock   []*RedisNode
+	Clients   *Host
+	shim      string // the fast-clock shim, when the classes need it
+}
+
+// StartRedis starts a Redis run's harness. On error it closes what it had
+// started.
+func StartRedis(ctx context.Context, cfg Config) (rh *RedisHarness, err error) {
+	cfg.redisDefaults()
+	cfg.defaults()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, errors.New("cluster: redis-server not found (apt-get install redis-server redis-sentinel)")
+	}
+	// A Redis run starts no etcd: build wants a name, not a binary.
+	b, err := build(cmp.Or(cfg.EtcdBin, os.Getenv("DLOCK_ETCD"), "none"))
+	if err != nil {
+		return nil, err
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "dlock-cluster-redis-"); err != nil {
+			return nil, err
+		}
+	}
+	h := &Harness{Cfg: cfg, Dir: dir, bins: b}
+	register(h)
+	rh = &RedisHarness{Harness: h}
+	defer func() {
+		if err != nil {
+			h.Close()
+			rh = nil
+		}
+	}()
+	if slices.Contains(cfg.Classes, "clock-fast-node") || len(cfg.Classes) == 0 {
+		if rh.shim, err = BuildFastClock(dir); err != nil {
+			return rh, err
+		}
+	}
+	Sweep()
+	if h.Net, err = NewNet(); err != nil {
+		return rh, err
+	}
+	node := func(name string, port int) (*RedisNode, error) {
+		host, err := h.Net.AddHost(name)
+		if err != nil {
+			return nil, err
+		}
+		n := &RedisNode{Name: name, Host: host, Port: port, Dir: filepath.Join(dir, "redis", name), h: h}
+		return n, os.MkdirAll(n.Dir, 0o755)
+	}
+	for _, name := range []string{"rm", "rr"} {
+		n, err := node(name, redisPort)
+		if err != nil {
+			return rh, err
+		}
+		n.args = serverArgs(n)
+		rh.Data = append(rh.Data, n)
+	}
+	for i := range 3 {
+		n, err := node(fmt.Sprintf("s%d", i), sentinelPort)
+		if err != nil {
+			return rh, err
+		}
+		conf := filepath.Join(n.Dir, "sentinel.conf")
+		if err := os.WriteFile(conf, []byte(sentinelConf(n, rh.Data[0])), 0o644); err != nil {
+			return rh, err
+		}
+		n.args = []string{conf, "--sentinel"}
+		rh.Sentinels = append(rh.Sentinels, n)
+	}
+	for i := range 3 {
+		n, err := node(fmt.Sprintf("l%d", i), redisPort)
+		if err != nil {
+			return rh, err
+		}
+		n.args = serverArgs(n)
+		rh.Redlock = append(rh.Redlock, n)
+	}
+	if h.ResHost, err = h.Net.AddHost("res"); err != nil {
+		return rh, err
+	}
+	if rh.Clients, err = h.Net.AddHost("cli"); err != nil {
+		return rh, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	addr := h.ResHost.IP + ":8080"
+	h.resURL = "http://" + addr
+	args := []string{b.resource, "-listen", addr, "-log", filepath.Join(dir, "resource.jsonl")}
+	if cfg.ResourcePlant != "" {
+		args = append(args, "-plant", cfg.ResourcePlant)
+	}
+	if h.Resource, err = StartProc(h.ResHost, "resource", filepath.Join(dir, "logs", "resource.log"), nil, nil, args...); err != nil {
+		return rh, err
+	}
+	if err := waitHTTP(sctx, h.resURL+"/healthz"); err != nil {
+		return rh, fmt.Errorf("resource: %w", err)
+	}
+	rm, rr := rh.Data[0], rh.Data[1]
+	if err := rm.start(sctx, nil, "", 0); err != nil {
+		return rh, err
+	}
+	if err := rr.start(sctx, append(slices.Clone(rr.args), "--replicaof", rm.Host.IP, strconv.Itoa(rm.Port)), "", 0); err != nil {
+		return rh, err
+	}
+	for _, n := range append(slices.Clone(rh.Sentinels), rh.Redlock...) {
+		if err := n.start(sctx, nil, "", 0); err != nil {
+			return rh, err
+		}
+	}
+	if err := rh.awaitSettled(sctx); err != nil {
+		return rh, err
+	}
+	for _, wl := range cfg.Workloads {
+		for slot := range cfg.PerWorkload {
+			if _, err := rh.StartWorker(wl, slot); err != nil {
+				return rh, err
+			}
+		}
+	}
+	return rh, nil
+}
+
+// serverArgs are a data node's flags: no persistence, no eviction (a lock
+// key must not be evicted), the log on stdout (the process's log file).
+func serverArgs(n *RedisNode) []string {
+	return []string{
+		"--bind", n.Host.IP, "--port", strconv.Itoa(n.Port), "--protected-mode", "no",
+		"--save", "", "--appendonly", "no", "--dir", n.Dir, "--logfile", "",
+		"--maxmemory-policy", "noeviction",
+	}
+}
+
+// sentinelConf is a sentinel's configuration file (a sentinel rewrites
+// it: it lives in the node's directory).
+func sentinelConf(n, master *RedisNode) string {
+	return fmt.Sprintf(`bind %s
+port %d
+protected-mode no
+dir %s
+logfile ""
+sentinel resolve-hostnames no
+sentinel monitor %s %s %d 2
+sentinel down-after-milliseconds %[4]s %[7]d
+sentinel failover-timeout %[4]s %[8]d
+sentinel parallel-syncs %[4]s 1
+`, n.Host.IP, n.Port, n.Dir, redisMasterName, master.Host.IP, master.Port,
+		sentinelDownAfter.Milliseconds(), sentinelFailoverTimeout.Milliseconds())
+}
+
+// StartWorker starts a worker of workload wl ("redis" or "redlock") in
+// slot, on the clients' host.
+func (rh *RedisHarness) StartWorker(wl string, slot int) (*Worker, error) {
+	h := rh.Harness
+	h.mu.Lock()
+	id := h.nextID
+	h.nextID++
+	h.mu.Unlock()
+	w := &Worker{ID: id, Workload: wl, Slot: slot, ch: make(chan struct{})}
+	args := []string{h.bins.worker,
+		"-id", strconv.Itoa(id), "-workload", wl, "-ttl", h.Cfg.TTL.String(), "-resource", h.resURL,
+		"-history", filepath.Join(h.Dir, "history", fmt.Sprintf("w%d.jsonl", id)),
+		"-seed", strconv.FormatInt(h.Cfg.Seed*1000+int64(id), 10),
+		"-hold", h.Cfg.Hold.String(), "-rounds", strconv.Itoa(h.Cfg.Rounds),
+	}
+	switch wl {
+	case "redis":
+		args = append(args, "-sentinels", addrs(rh.Sentinels), "-redis-master-name", redisMasterName)
+	case "redlock":
+		args = append(args, "-redlock", addrs(rh.Redlock))
+	default:
+		return nil, fmt.Errorf("workload %q is not a Redis workload (want redis or redlock)", wl)
+	}
+	if h.Cfg.WorkerPlant != "" {
+		args = append(args, "-plant", h.Cfg.WorkerPlant)
+	}
+	var env []string
+	if h.Cfg.Plant != "" {
+		env = append(env, "DLOCK_PLANT="+h.Cfg.Plant)
+	}
+	p, err := StartProc(rh.Clients, fmt.Sprintf("w%d", id), filepath.Join(h.Dir, "logs", fmt.Sprintf("w%d.log", id)), env, w.line, args...)
+	if err != nil {
+		return nil, err
+	}
+	w.Proc = p
+	h.mu.Lock()
+	h.workers = append(h.workers, w)
+	h.mu.Unlock()
+	return w, nil
+}
+
+func addrs(ns []*RedisNode) string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.Addr())
+	}
+	return strings.Join(out, ",")
+}
+
+// sentinelClient returns a client of sentinel s.
+func sentinelClient(s *RedisNode) *goredis.SentinelClient {
+	return goredis.NewSentinelClient(&goredis.Options{
+		Addr: s.Addr(), DialTimeout: time.Second, ReadTimeout: 2 * time.Second, MaxRetries: -1, ContextTimeoutEnabled: true,
+	})
+}
+
+// Master returns the data node that a majority of the sentinels name as
+// the master, or an error saying what they name.
+func (rh *RedisHarness) Master(ctx context.Context) (*RedisNode, error) {
+	votes := map[string]int{}
+	for _, s := range rh.Sentinels {
+		sc := sentinelClient(s)
+		a, err := sc.GetMasterAddrByName(ctx, redisMasterName).Result()
+		sc.Close()
+		if err == nil && len(a) == 2 {
+			votes[net.JoinHostPort(a[0], a[1])]++
+		}
+	}
+	for _, n := range rh.Data {
+		if votes[n.Addr()] > len(rh.Sentinels)/2 {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("no master named by a majority of the sentinels: %v", votes)
+}
+
+// replicaOf returns the data node that is not m.
+func (rh *RedisHarness) replicaOf(m *RedisNode) *RedisNode {
+	if rh.Data[0] == m {
+		return rh.Data[1]
+	}
+	return rh.Data[0]
+}
+
+// settled reports whether the Sentinel group can fail over at once: every
+// sentinel names the same master, sees it up and knows the other two
+// sentinels and the replica as up, and the master has its replica online.
+// Otherwise it says why not.
+func (rh *RedisHarness) settled(ctx context.Context) (*RedisNode, string) {
+	m, err := rh.Master(ctx)
+	if err != nil {
+		return nil, err.Error()
+	}
+	r := rh.replicaOf(m)
+	for _, s := range rh.Sentinels {
+		sc := sentinelClient(s)
+		mi, err := sc.Master(ctx, redisMasterName).Result()
+		var reps []map[string]string
+		if err == nil {
+			reps, err = sc.Replicas(ctx, redisMasterName).Result()
+		}
+		sc.Close()
+		if err != nil {
+			return nil, fmt.Sprintf("%s: %v", s.Name, err)
+		}
+		if mi["flags"] != "master" || mi["num-other-sentinels"] != "2" {
+			return nil, fmt.Sprintf("%s sees the master as %v", s.Name, mi)
+		}
+		up := false
+		for _, rep := range reps {
+			up = up || rep["name"] == r.Addr() && rep["flags"] == "slave"
+		}
+		if !up {
+			return nil, fmt.Sprintf("%s sees no replica %s up: %v", s.Name, r.Addr(), reps)
+		}
+	}
+	c := m.client()
+	defer c.Close()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return nil, fmt.Sprintf("%s: %v", m.Name, err)
+	}
+	if !strings.Contains(info, "role:master") || !strings.Contains(info, "ip="+r.Host.IP) || !strings.Contains(info, "state=online") {
+		return nil, fmt.Sprintf("%s has not its replica online: %s", m.Name, strings.Join(strings.Fields(info), " "))
+	}
+	return m, ""
+}
+
+// awaitSettled waits (up to 30 s) until settled.
+func (rh *RedisHarness) awaitSettled(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		m, why := rh.settled(ctx)
+		if m != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sentinel group not settled: %s", why)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Leftovers reports the lock keys (prefix "dlock:") left on the data
+// nodes and the Redlock nodes once every worker has stopped, waiting up
+// to wait for them to expire. The token counters (":seq") stay by design.
+func (rh *RedisHarness) Leftovers(ctx context.Context, wait time.Duration) ([]string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		var left []string
+		var errs []error
+		for _, n := range append(slices.Clone(rh.Data), rh.Redlock...) {
+			if !n.running() {
+				continue
+			}
+			c := n.client()
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			keys, err := c.Keys(rctx, "dlock:*").Result()
+			cancel()
+			c.Close()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
+			}
+			for _, k := range keys {
+				if !strings.HasSuffix(k, ":seq") {
+					left = append(left, fmt.Sprintf("key %s on %s", k, n.Name))
+				}
+			}
+		}
+		err := errors.Join(errs...)
+		if err == nil && len(left) == 0 || time.Now().After(deadline) {
+			slices.Sort(left)
+			return left, err
+		}
+		select {
+		case <-ctx.Done():
+			return left, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// RunRedis is Run for the Redis backends: it starts a RedisHarness,
+// injects Redis faults (RedisClasses, or cfg.Classes) for cfg.Duration
+// or cfg.Faults, stops the workers, checks the histories and returns the
+// report. Defaults differ from Run's: the workloads are RedisWorkloads,
+// the longest hold is 2 TTLs. The artifacts stay in the report's Dir;
+// RecheckRedis checks them again.
+func RunRedis(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, error) {
+	cfg.redisDefaults()
+	cfg.defaults()
+	if len(cfg.Classes) == 0 {
+		cfg.Classes = RedisClasses
+	}
+	rh, err := StartRedis(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer rh.Close()
+	h := rh.Harness
+	cfg = h.Cfg
+	if err := writeJSON(filepath.Join(h.Dir, "config.json"), cfg); err != nil {
+		return nil, err
+	}
+	logf("redis cluster up: artifacts in %s; replay with DLOCK_SEED=%d", h.Dir, cfg.Seed)
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x646c6f636b))
+	nem := &redisNemesis{nemesis: &nemesis{h: h, rng: rng, log: logf}, rh: rh, turns: map[string]int{}}
+	// Let every workload grant once before the first fault.
+	sleep(ctx, cfg.TTL)
+	order := slices.Clone(cfg.Classes)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	var faults []Fault
+	begin := time.Now()
+	for n := 1; ctx.Err() == nil; n++ {
+		if cfg.Faults > 0 && n > cfg.Faults || cfg.Faults == 0 && time.Since(begin) >= cfg.Duration {
+			break
+		}
+		f := Fault{N: n, Class: cfg.Classes[rng.IntN(len(cfg.Classes))]}
+		if cfg.Faults > 0 {
+			f.Class = order[(n-1)%len(order)]
+		}
+		nem.inject(ctx, &f)
+		faults = append(faults, f)
+		if err := writeJSON(filepath.Join(h.Dir, "schedule.json"), faults); err != nil {
+			return nil, err
+		}
+		sleep(ctx, cfg.Gap)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	end := time.Now().UnixNano()
+	rep := &Report{Seed: cfg.Seed, Dir: h.Dir, Faults: faults}
+	for _, err := range h.StopWorkers(2*cfg.TTL + 15*time.Second) {
+		rep.Failures = append(rep.Failures, "worker did not stop cleanly: "+err.Error())
+	}
+	// A Mutex's waiters key outlives its last waiter by a TTL and 1s.
+	left, err := rh.Leftovers(ctx, 2*cfg.TTL+5*time.Second)
+	if err != nil {
+		rep.Failures = append(rep.Failures, "nothing left: cannot read a node: "+err.Error())
+	}
+	for _, l := range left {
+		rep.Failures = append(rep.Failures, "nothing left: "+l)
+	}
+	if err := h.Resource.Stop(5 * time.Second); err != nil {
+		rep.Failures = append(rep.Failures, "resource: "+err.Error())
+	}
+	if err := writeJSON(filepath.Join(h.Dir, "end.json"), runEnd{End: end}); err != nil {
+		return nil, err
+	}
+	if err := rh.Close(); err != nil {
+		rep.Notes = append(rep.Notes, "close: "+err.Error())
+	}
+	if err := rep.checkRedis(cfg, end); err != nil {
+		return rep, err
+	}
+	return rep, writeReport(rep)
+}
+
+// RecheckRedis runs the Redis checkers again on a saved run's artifacts.
+func RecheckRedis(dir string) (*Report, error) {
+	var cfg Config
+	var faults []Fault
+	var e runEnd
+	for name, v := range map[string]any{"config.json": &cfg, "schedule.json": &faults, "end.json": &e} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(b, v); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	cfg.redisDefaults()
+	cfg.defaults()
+	rep := &Report{Seed: cfg.Seed, Dir: dir, Faults: faults}
+	return rep, rep.checkRedis(cfg, e.End)
+}
+
+// checkRedis is check for a Redis run: the same checkers fill the same
+// rows, but only these fail the run: a stale (or tokenless) write
+// admitted by the fenced register, a fault the harness could not inject,
+// and no progress after a heal (with the workers' clean stop and the
+// leftovers, which RunRedis checks). Double grants, Done after a
+// successor, token regressions and linearizability are measured; the
+// first violations of each go to the notes.
+func (rep *Report) checkRedis(cfg Config, end int64) error {
+	events, err := history.ReadWorkers(filepath.Join(rep.Dir, "history"))
+	if err != nil {
+		return err
+	}
+	records, err := history.ReadLines[history.Record](filepath.Join(rep.Dir, "resource.jsonl"))
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	for _, f := range rep.Faults {
+		if f.Err != "" {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("fault %d %s: %s", f.N, f.Class, f.Err))
+		}
+	}
+	ex := exemptions{faults: rep.Faults, ttl: cfg.TTL, slow: map[int]bool{}}
+	spans := Spans(events, end)
+	overlaps, lost := DoubleGrants(records)
+	stale := StaleAdmitted(records)
+	bound := cfg.RecoveryBound()
+	for _, wl := range cfg.Workloads {
+		lock := "dlock-" + wl
+		var judged []Span
+		for _, s := range spans[wl] {
+			if s.Grant <= end {
+				judged = append(judged, s)
+			}
+		}
+		row := Row{Workload: wl, Grants: len(judged), Double: overlaps[lock] + lost[lock]}
+		for _, r := range stale {
+			if r.Lock == lock {
+				row.Stale++
+				if row.Stale <= 3 {
+					rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register admitted a stale write: tok %d at %s", wl, r.Tok, clock(r.T)))
+				}
+			}
+		}
+		for _, r := range records {
+			if r.Kind == history.Write && r.Lock == lock && r.Tok == 0 {
+				row.Stale++
+				rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register admitted a write without a token at %s", wl, clock(r.T)))
+			}
+		}
+		if fencedWorkload(wl) {
+			ok, ops, info := Linearizable(wl, events)
+			row.Linear = fmt.Sprintf("ok (%d ops)", ops)
+			if !ok {
+				row.Linear = "no"
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: fenced register not linearizable (%d operations): %s", wl, ops, info))
+			}
+		} else {
+			all, refused := fencedRefused(wl, events)
+			row.Linear = fmt.Sprintf("n/a: %d of %d refused", refused, all)
+			if all > 0 {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: no token (Seq 0): the fenced register refused %d of its %d fenced ops", wl, refused, all))
+			}
+		}
+		var counted []string
+		for _, v := range DoneAfterSuccessor(wl, judged, cfg.Permits) {
+			if ex.of(v) != "" {
+				row.Exempt++
+				continue
+			}
+			row.DoneAfter++
+			counted = append(counted, fmt.Sprintf("%s (both acted %v)", v, v.Overlap.Round(time.Millisecond)))
+		}
+		rep.Notes = append(rep.Notes, listed(wl+": measured: Done after a successor's grant", counted)...)
+		var regs []string
+		for _, v := range TokenRegressions(wl, judged) {
+			regs = append(regs, v.String())
+		}
+		row.Regressions = len(regs)
+		rep.Notes = append(rep.Notes, listed(wl+": measured", regs)...)
+		row.Acquire = acquireLatencies(events, wl, end)
+		row.Recovery, rep.Failures = recovery(wl, judged, rep.Faults, end, bound, rep.Failures)
+		rep.Rows = append(rep.Rows, row)
+		doubles, dones := map[string]int{}, map[string]int{}
+		for _, t := range doubleGrantTimes(records, lock) {
+			doubles[faultOf(rep.Faults, t, cfg.TTL)]++
+		}
+		for _, v := range DoneAfterSuccessor(wl, judged, cfg.Permits) {
+			dones[faultOf(rep.Faults, v.After.Grant, cfg.TTL)]++
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: by fault: double grants %s; Done after a successor %s", wl, counts(doubles), counts(dones)))
+	}
+	return nil
+}
+
+// doubleGrantTimes returns when the unfenced register saw each double
+// grant of lock that DoubleGrants counts: the first overlap record of
+// each pair, and each lost update.
+func doubleGrantTimes(records []history.Record, lock string) []int64 {
+	seen := make(map[[2]string]bool)
+	var out []int64
+	for _, r := range records {
+		switch {
+		case r.Lock != lock:
+		case r.Kind == history.Overlap:
+			pair := [2]string{min(r.A, r.B), max(r.A, r.B)}
+			if !seen[pair] {
+				seen[pair] = true
+				out = append(out, r.T)
+			}
+		case r.Kind == history.LostUpdate:
+			out = append(out, r.T)
+		}
+	}
+	return out
+}
+
+// faultOf returns the class of the fault during which t (Unix ns) fell,
+// from its start to a TTL after its heal (a grant it cost may run that
+// long), or "no fault".
+func faultOf(faults []Fault, t int64, ttl time.Duration) string {
+	for _, f := range faults {
+		if f.Start <= t && t <= f.Heal+int64(ttl) {
+			return f.Class
+		}
+	}
+	return "no fault"
+}
+
+// counts renders "a 2, b 1" (sorted by key), or "0".
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "0"
+	}
+	var out []string
+	for k, n := range m {
+		out = append(out, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// fencedRefused counts workload's fenced ops and those the register
+// refused ("stale").
+func fencedRefused(wl string, events []history.Event) (all, refused int) {
+	for _, e := range events {
+		if e.Kind == history.Op && e.Reg == history.Fenced && e.Workload == wl {
+			all++
+			if e.Result == "stale" {
+				refused++
+			}
+		}
+	}
+	return all, refused
+}

@@ -1,0 +1,450 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/integration/cluster/history"
+)
+
+// Report is a run's outcome: the table's rows and what failed.
+type Report struct {
+	Seed     int64
+	Dir      string
+	Faults   []Fault
+	Rows     []Row
+	Failures []string // each a checker's verdict; empty: the run passed
+	Notes    []string // observations that are not failures
+}
+
+// Row is one workload's line of the table.
+type Row struct {
+	Workload    string
+	Grants      int
+	Double      int    // double grants the unfenced control saw (overlaps and lost updates at the resource)
+	Stale       int    // stale writes the fenced register admitted
+	Linear      string // the fenced register's linearizability: "ok (N ops)" or why not
+	DoneAfter   int    // grants made while a predecessor still acted, no fault excusing it
+	Exempt      int    // the same, under a fault that excuses it (pauses, slow clocks, etcd's stale-leader revoke)
+	Regressions int    // token regressions
+	Recovery    []time.Duration
+	Acquire     []time.Duration
+}
+
+// Run starts a harness, injects faults for cfg.Duration, stops the
+// workers, checks the histories and returns the report. The artifacts
+// stay in the report's Dir. logf receives progress lines.
+func Run(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, error) {
+	cfg.defaults()
+	h, err := Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	cfg = h.Cfg
+	if err := writeJSON(filepath.Join(h.Dir, "config.json"), cfg); err != nil {
+		return nil, err
+	}
+	logf("cluster up: artifacts in %s; replay with DLOCK_SEED=%d", h.Dir, cfg.Seed)
+	classes := cfg.Classes
+	if len(classes) == 0 {
+		classes = EtcdClasses
+	}
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x646c6f636b))
+	nem := &nemesis{h: h, rng: rng, log: logf}
+	// Let every workload grant once before the first fault.
+	sleep(ctx, cfg.TTL)
+	order := slices.Clone(classes)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	more := func(n int, begin time.Time) bool {
+		if cfg.Faults > 0 {
+			return n <= cfg.Faults
+		}
+		return time.Since(begin) < cfg.Duration
+	}
+	var faults []Fault
+	begin := time.Now()
+	for n := 1; more(n, begin) && ctx.Err() == nil; n++ {
+		f := Fault{N: n, Class: classes[rng.IntN(len(classes))]}
+		if cfg.Faults > 0 {
+			f.Class = order[(n-1)%len(order)]
+		}
+		nem.inject(ctx, &f)
+		faults = append(faults, f)
+		if err := writeJSON(filepath.Join(h.Dir, "schedule.json"), faults); err != nil {
+			return nil, err
+		}
+		sleep(ctx, cfg.Gap)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	end := time.Now().UnixNano()
+	rep := &Report{Seed: cfg.Seed, Dir: h.Dir, Faults: faults}
+	for _, err := range h.StopWorkers(2*cfg.TTL + 15*time.Second) {
+		rep.Failures = append(rep.Failures, "worker did not stop cleanly: "+err.Error())
+	}
+	left, err := h.Leftovers(ctx, 2*cfg.TTL+5*time.Second)
+	if err != nil {
+		rep.Failures = append(rep.Failures, "nothing left: cannot read etcd: "+err.Error())
+	}
+	for _, l := range left {
+		rep.Failures = append(rep.Failures, "nothing left: "+l)
+	}
+	if err := h.Resource.Stop(5 * time.Second); err != nil {
+		rep.Failures = append(rep.Failures, "resource: "+err.Error())
+	}
+	var slowClocks []int
+	for _, w := range h.AllWorkers() {
+		if w.Rate != 0 && w.Rate < 1 {
+			slowClocks = append(slowClocks, w.ID)
+		}
+	}
+	if err := writeJSON(filepath.Join(h.Dir, "end.json"), runEnd{End: end, SlowClocks: slowClocks}); err != nil {
+		return nil, err
+	}
+	if err := h.Close(); err != nil {
+		rep.Notes = append(rep.Notes, "close: "+err.Error())
+	}
+	if err := rep.check(cfg, end, slowClocks); err != nil {
+		return rep, err
+	}
+	return rep, writeReport(rep)
+}
+
+// runEnd is what a recheck needs beyond config and schedule.
+type runEnd struct {
+	End        int64 `json:"end"`         // when faults stopped (Unix ns); grants after it are not judged
+	SlowClocks []int `json:"slow_clocks"` // workers that ran on a slow clock
+}
+
+// Recheck runs the checkers again on a saved run's artifacts.
+func Recheck(dir string) (*Report, error) {
+	var cfg Config
+	var faults []Fault
+	var e runEnd
+	for name, v := range map[string]any{"config.json": &cfg, "schedule.json": &faults, "end.json": &e} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(b, v); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	cfg.defaults()
+	rep := &Report{Seed: cfg.Seed, Dir: dir, Faults: faults}
+	return rep, rep.check(cfg, e.End, e.SlowClocks)
+}
+
+// check runs every checker over the run's histories and fills the rows
+// and failures.
+func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
+	events, err := history.ReadWorkers(filepath.Join(rep.Dir, "history"))
+	if err != nil {
+		return err
+	}
+	records, err := history.ReadLines[history.Record](filepath.Join(rep.Dir, "resource.jsonl"))
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	ex := exemptions{faults: rep.Faults, ttl: cfg.TTL, slow: map[int]bool{}}
+	for _, id := range slowClocks {
+		ex.slow[id] = true
+	}
+	spans := Spans(events, end)
+	overlaps, lost := DoubleGrants(records)
+	stale := StaleAdmitted(records)
+	bound := cfg.RecoveryBound()
+	for _, wl := range cfg.Workloads {
+		lock := "dlock-" + wl
+		var judged []Span
+		for _, s := range spans[wl] {
+			if s.Grant <= end {
+				judged = append(judged, s)
+			}
+		}
+		row := Row{Workload: wl, Grants: len(judged), Double: overlaps[lock] + lost[lock]}
+		for _, r := range stale {
+			if r.Lock == lock {
+				row.Stale++
+				if row.Stale <= 3 {
+					rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register admitted a stale write: tok %d at %s", wl, r.Tok, clock(r.T)))
+				}
+			}
+		}
+		if row.Stale > 3 {
+			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: ... and %d more stale writes admitted", wl, row.Stale-3))
+		}
+		if fencedWorkload(wl) {
+			ok, ops, info := Linearizable(wl, events)
+			row.Linear = fmt.Sprintf("ok (%d ops)", ops)
+			if ops == 0 && row.Grants > 0 {
+				rep.Failures = append(rep.Failures, wl+": no fenced operation recorded: the register check saw nothing")
+			}
+			if !ok {
+				row.Linear, _, _ = strings.Cut(info, "\n")
+				rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register not linearizable (%s, %d operations)", wl, info, ops))
+			}
+		}
+		var counted []string
+		for _, group := range bySuccessor(DoneAfterSuccessor(wl, judged, cfg.Permits)) {
+			// A grant beyond capacity is excused when the holders no fault
+			// excuses do not fill the capacity by themselves.
+			var fair []Violation
+			for _, v := range group {
+				if ex.of(v) == "" {
+					fair = append(fair, v)
+				}
+			}
+			capacity := 1
+			if wl == "semaphore" {
+				capacity = cfg.Permits
+			}
+			if len(fair) < capacity {
+				row.Exempt += len(group)
+				continue
+			}
+			row.DoneAfter += len(fair)
+			row.Exempt += len(group) - len(fair)
+			for _, v := range fair {
+				counted = append(counted, v.String())
+			}
+		}
+		rep.Failures = append(rep.Failures, listed(wl+": Done after a successor's grant", counted)...)
+		var fair []Span
+		for _, s := range judged {
+			if !ex.span(s) {
+				fair = append(fair, s)
+			}
+		}
+		var regs []string
+		for _, v := range TokenRegressions(wl, fair) {
+			regs = append(regs, v.String())
+		}
+		row.Regressions = len(regs)
+		rep.Failures = append(rep.Failures, listed(wl, regs)...)
+		row.Acquire = acquireLatencies(events, wl, end)
+		row.Recovery, rep.Failures = recovery(wl, judged, rep.Faults, end, bound, rep.Failures)
+		rep.Rows = append(rep.Rows, row)
+	}
+	return nil
+}
+
+// bySuccessor groups violations by their later grant, in order.
+func bySuccessor(vs []Violation) [][]Violation {
+	var out [][]Violation
+	at := map[string]int{}
+	for _, v := range vs {
+		i, ok := at[v.After.Key]
+		if !ok {
+			i = len(out)
+			at[v.After.Key] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], v)
+	}
+	return out
+}
+
+// fencedWorkload tells whether a workload writes the fenced register
+// (a semaphore's permits overlap by design: they do not).
+func fencedWorkload(wl string) bool { return wl != "semaphore" && wl != "redlock" }
+
+// listed turns violations into failures: the first three in full, then a
+// count.
+func listed(what string, vs []string) []string {
+	var out []string
+	for i, v := range vs {
+		if i == 3 {
+			out = append(out, fmt.Sprintf("%s: ... and %d more", what, len(vs)-3))
+			break
+		}
+		out = append(out, what+": "+v)
+	}
+	return out
+}
+
+// recovery checks progress after each heal: when the next fault (or the
+// end) comes at least bound after it, the workload must grant within
+// bound of the heal. It returns the recovery times (heal to first grant).
+func recovery(wl string, spans []Span, faults []Fault, end int64, bound time.Duration, fails []string) ([]time.Duration, []string) {
+	grants := make([]int64, 0, len(spans))
+	for _, s := range spans {
+		grants = append(grants, s.Grant)
+	}
+	slices.Sort(grants)
+	var rec []time.Duration
+	for i, f := range faults {
+		next := end
+		if i+1 < len(faults) {
+			next = faults[i+1].Start
+		}
+		j := sort.Search(len(grants), func(k int) bool { return grants[k] > f.Heal })
+		if j < len(grants) && grants[j] <= next {
+			rec = append(rec, time.Duration(grants[j]-f.Heal))
+		}
+		if time.Duration(next-f.Heal) < bound {
+			continue // the next fault came too soon to judge
+		}
+		if j == len(grants) || time.Duration(grants[j]-f.Heal) > bound {
+			fails = append(fails, fmt.Sprintf("%s: no progress: no grant within %v after %s (fault %d) healed at %s", wl, bound, f.Class, f.N, clock(f.Heal)))
+		}
+	}
+	return rec, fails
+}
+
+func acquireLatencies(events []history.Event, wl string, end int64) []time.Duration {
+	start := map[[2]int]int64{}
+	var out []time.Duration
+	for _, e := range events {
+		if e.Workload != wl || e.T > end {
+			continue
+		}
+		switch e.Kind {
+		case history.Acquire:
+			start[[2]int{e.W, e.G}] = e.T
+		case history.Grant:
+			if t, ok := start[[2]int{e.W, e.G}]; ok {
+				out = append(out, time.Duration(e.T-t))
+			}
+		}
+	}
+	return out
+}
+
+// exemptions says which violations a fault excuses: the lock cannot keep a
+// holder from acting while its process is stopped or its clock is slow
+// (the token must save the resource then), nor when etcd itself revokes a
+// live lease (a leader resumed after a pause longer than the TTL).
+type exemptions struct {
+	faults []Fault
+	ttl    time.Duration
+	slow   map[int]bool
+}
+
+// of returns why v is excused, or "".
+func (ex exemptions) of(v Violation) string {
+	if ex.slow[v.Before.W] {
+		return "slow clock"
+	}
+	for _, f := range ex.faults {
+		switch {
+		case strings.HasPrefix(f.Class, "pause-") && slices.Contains(f.Workers, v.Before.W) &&
+			f.Start < v.After.Grant && f.Heal > v.Before.Grant-int64(time.Second):
+			return "paused"
+		case f.Class == "stale-leader" && v.After.Grant >= f.Start && v.After.Grant <= f.Heal+int64(2*ex.ttl):
+			return "etcd revoke"
+		}
+	}
+	return ""
+}
+
+// span tells whether a fault excuses span s from the token order: its
+// worker was paused or on a slow clock during it, or etcd revoked leases
+// (stale-leader) while it lasted.
+func (ex exemptions) span(s Span) bool {
+	if ex.slow[s.W] {
+		return true
+	}
+	for _, f := range ex.faults {
+		if f.Start > s.EffectiveEnd+int64(time.Second) || f.Heal+int64(2*ex.ttl) < s.Grant {
+			continue
+		}
+		if f.Class == "stale-leader" || strings.HasPrefix(f.Class, "pause-") && slices.Contains(f.Workers, s.W) {
+			return true
+		}
+	}
+	return false
+}
+
+func clock(ns int64) string { return history.Time(ns).Format("15:04:05.000") }
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// writeReport writes the table and the verdicts to report.txt.
+func writeReport(rep *Report) error {
+	return os.WriteFile(filepath.Join(rep.Dir, "report.txt"), []byte(rep.String()), 0o644)
+}
+
+// String renders the report: the table, then failures and notes.
+func (rep *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d, %d faults, artifacts %s\n\n", rep.Seed, len(rep.Faults), rep.Dir)
+	b.WriteString(Table(rep.Rows))
+	counts := map[string]int{}
+	for _, f := range rep.Faults {
+		counts[f.Class]++
+	}
+	var cs []string
+	for c, n := range counts {
+		cs = append(cs, fmt.Sprintf("%s %d", c, n))
+	}
+	sort.Strings(cs)
+	fmt.Fprintf(&b, "\nfaults: %s\n", strings.Join(cs, ", "))
+	for _, f := range rep.Faults {
+		if f.Err != "" {
+			fmt.Fprintf(&b, "fault %d %s: %s\n", f.N, f.Class, f.Err)
+		}
+	}
+	if len(rep.Failures) == 0 {
+		b.WriteString("\nverdict: every checker passed\n")
+	} else {
+		fmt.Fprintf(&b, "\nverdict: %d failures\n", len(rep.Failures))
+		for _, f := range rep.Failures {
+			b.WriteString("  " + f + "\n")
+		}
+	}
+	for _, n := range rep.Notes {
+		b.WriteString("note: " + n + "\n")
+	}
+	return b.String()
+}
+
+// Table renders rows as the README's markdown table.
+func Table(rows []Row) string {
+	var b strings.Builder
+	b.WriteString("| workload | grants | double grants (unfenced) | stale admitted (fenced) | linearizable | Done after successor: counted (exempt) | token regressions | recovery p50/max | acquire p50/p99 |\n")
+	b.WriteString("|---|---:|---:|---:|---|---:|---:|---|---|\n")
+	for _, r := range rows {
+		lin := r.Linear
+		if lin == "" {
+			lin = "n/a"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %d (%d) | %d | %s / %s | %s / %s |\n",
+			r.Workload, r.Grants, r.Double, r.Stale, lin, r.DoneAfter, r.Exempt, r.Regressions,
+			ms(quantile(r.Recovery, 0.5)), ms(quantile(r.Recovery, 1)), ms(quantile(r.Acquire, 0.5)), ms(quantile(r.Acquire, 0.99)))
+	}
+	return b.String()
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return -1
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q * float64(len(s)-1))
+	return s[i]
+}
+
+func ms(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d ms", d.Milliseconds())
+}
