@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/testcontainers/testcontainers-go"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/dlock-go/dlock/integration/containers"
 	"github.com/dlock-go/dlock/integration/etcdtest"
-	"github.com/dlock-go/dlock/integration/faults"
 	"github.com/dlock-go/dlock/integration/testenv"
 )
 
@@ -118,7 +116,7 @@ func docker(t *testing.T, ctx context.Context, args ...string) {
 	require.NoError(t, err, "docker %v: %s", args, out)
 }
 
-// Scenario 8. The same workers as scenario 3, against a 3-member etcd
+// Scenario 8. Mutex workers as in scenario 3, against a 3-member etcd
 // cluster in containers (images built locally, see integration/containers):
 // one member is paused (docker pause) and later resumed, another is
 // disconnected from the cluster's network and reconnected. The workers make
@@ -132,30 +130,22 @@ func TestContainerClusterSurvivesPauseAndDisconnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	ctrs, nwName, eps := etcdContainers(t, ctx)
+	seed := seedFor(t, "", "")
 
-	con := newContention(t, "containers", 5*time.Second)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for id := range workers {
+	var clients []*clientv3.Client
+	for range workers {
 		// gRPC keepalives let the client drop a paused member's connection
 		// within 2s instead of waiting on it until each request times out.
-		cli := etcdtest.NewClient(t, clientv3.Config{
+		clients = append(clients, etcdtest.NewClient(t, clientv3.Config{
 			Endpoints:            eps,
 			DialTimeout:          5 * time.Second,
 			DialKeepAliveTime:    time.Second,
 			DialKeepAliveTimeout: time.Second,
-		})
-		wg.Go(func() { con.run(ctx, id, cli, stop, nil) })
+		}))
 	}
-	stopped := false
-	halt := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
-	t.Cleanup(halt)
+	con := newContention(t, mutexKind, "containers", 5*time.Second, seed)
+	f := newFleet(t)
+	f.add(ctx, con, clients)
 
 	require.NoError(t, con.waitGrants(ctx, phase))
 	docker(t, ctx, "pause", ctrs[0].GetContainerID())
@@ -171,16 +161,8 @@ func TestContainerClusterSurvivesPauseAndDisconnect(t *testing.T) {
 	docker(t, ctx, "network", "connect", "--alias", "etcd1", nwName, ctrs[1].GetContainerID())
 	n = con.grants()
 	require.NoError(t, con.waitGrants(ctx, n+phase), "progress after etcd1 reconnected")
-	halt()
+	f.halt()
 
-	con.mu.Lock()
-	tokens := append([]uint64(nil), con.tokens...)
-	con.mu.Unlock()
-	t.Logf("%d grants, %d lost, %d transient errors tolerated", len(tokens), con.lost.Load(), con.errs.Load())
-	assert.Zero(t, con.overlaps.Load(), "two workers held the lock at once")
-	assert.Equal(t, -1, strictlyIncreasing(tokens), "tokens must strictly increase: %v", tokens)
-	res, path := faults.Check(t, faults.FencedMutex, con.mutexes.Ops())
-	assert.Equal(t, porcupine.Ok, res, "mutex history; visualization: %s", path)
-	res, path = faults.Check(t, faults.FencedRegister, con.res.hist.Ops())
-	assert.Equal(t, porcupine.Ok, res, "register history; visualization: %s", path)
+	f.figures(t)
+	assert.Empty(t, f.check(t))
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,6 +64,33 @@ func TestMain(m *testing.M) {
 const testTimeout = 90 * time.Second
 
 func ctxFor(t testing.TB) context.Context { return etcdtest.ContextFor(t, testTimeout) }
+
+// pkgPath is this package's import path, for replay lines.
+const pkgPath = "github.com/dlock-go/dlock/integration/faults"
+
+// seedFor returns the seed every random draw of t derives from (holds, a
+// fault schedule): DLOCK_SEED if set, else the clock. It logs "seed=N"
+// and the command that replays t with it, at once and again if t fails;
+// env and flags are what else the command needs (the soak's settings).
+func seedFor(t *testing.T, env, flags string) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("DLOCK_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "DLOCK_SEED must be an unsigned integer")
+		seed = n
+	}
+	run := "^" + strings.Join(strings.Split(t.Name(), "/"), "$/^") + "$"
+	replay := strings.Join(strings.Fields(fmt.Sprintf("DLOCK_SEED=%d %s go test -run '%s' -count=1 %s %s", seed, env, run, flags, pkgPath)), " ")
+	t.Logf("seed=%d", seed)
+	t.Logf("replay: %s", replay)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("FAILED with seed=%d; replay: %s", seed, replay)
+		}
+	})
+	return seed
+}
 
 func newMutex(t testing.TB, s *session.Session, name string) *lock.Mutex {
 	t.Helper()
@@ -240,8 +268,4 @@ func (r *resource) read(client int) string {
 	r.mu.Unlock()
 	r.hist.Add(client, call, faults.RegisterInput{Read: true}, faults.RegisterOutput{Value: v}, r.hist.Now())
 	return v
-}
-
-func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, func()) {
-	return context.WithTimeout(ctx, d)
 }
