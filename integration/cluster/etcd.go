@@ -20,15 +20,17 @@ import (
 // one whose unsynced writes a power loss drops.
 type Disk interface {
 	Path() string
-	Drop() int64 // drops unsynced writes; returns the bytes lost
+	Drop() int64     // drops unsynced writes; returns the bytes lost
+	Unsynced() int64 // bytes written and not yet synced
 	Close() error
 }
 
 type plainDisk string
 
-func (d plainDisk) Path() string { return string(d) }
-func (plainDisk) Drop() int64    { return 0 }
-func (plainDisk) Close() error   { return nil }
+func (d plainDisk) Path() string  { return string(d) }
+func (plainDisk) Drop() int64     { return 0 }
+func (plainDisk) Unsynced() int64 { return 0 }
+func (plainDisk) Close() error    { return nil }
 
 // Etcd is a cluster of etcd members, each a process in its own namespace,
 // fsync on, with a low snapshot count so that a member that falls behind
@@ -60,6 +62,7 @@ type EtcdConfig struct {
 	Heartbeat int      // ms; default 100
 	Election  int      // ms; default 1000
 	Extra     []string // more flags for every member
+	Omit      []string // default flags to leave out, by name ("--snapshot-catchup-entries"): an older etcd lacks some
 }
 
 // StartEtcd starts the members and waits until the cluster has a leader.
@@ -97,6 +100,10 @@ func StartEtcd(ctx context.Context, c EtcdConfig) (*Etcd, error) {
 			"--snapshot-count=200", "--snapshot-catchup-entries=50",
 			"--log-level=warn",
 		}, c.Extra...)
+		m.args = slices.DeleteFunc(m.args, func(a string) bool {
+			name, _, _ := strings.Cut(a, "=")
+			return slices.Contains(c.Omit, name)
+		})
 		e.Members = append(e.Members, m)
 	}
 	for _, m := range e.Members {
@@ -145,8 +152,13 @@ func (m *Member) Kill() {
 }
 
 // KillLose SIGKILLs the member and drops the writes it had not synced, as
-// a power loss would. It returns the bytes lost.
-func (m *Member) KillLose() int64 {
+// a power loss would. It waits (up to wait) for a moment when the member
+// has unsynced writes, so that the loss loses something; it returns the
+// bytes lost.
+func (m *Member) KillLose(wait time.Duration) int64 {
+	for end := time.Now().Add(wait); m.disk.Unsynced() == 0 && time.Now().Before(end); {
+		time.Sleep(2 * time.Millisecond) // polling the page state: nothing to wait on
+	}
 	m.Kill()
 	return m.disk.Drop()
 }

@@ -32,6 +32,7 @@ type Config struct {
 	Dir         string        // artifacts; a temporary directory if empty
 	Lossy       bool          // members' data on lossyfs (crash-lose needs it)
 	EtcdBin     string        // the etcd server binary (etcdtest.Binary)
+	EtcdOmit    []string      // default etcd flags the binary lacks (EtcdConfig.Omit); none if empty
 
 	Plant         string // the library's plants in every worker (DLOCK_PLANT)
 	WorkerPlant   string // the workers' own plants (-plant), in every worker
@@ -176,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	h.Etcd, err = StartEtcd(sctx, EtcdConfig{Bin: b.etcd, Hosts: hosts, Dir: filepath.Join(dir, "etcd"), Lossy: cfg.Lossy})
+	h.Etcd, err = StartEtcd(sctx, EtcdConfig{Bin: b.etcd, Hosts: hosts, Dir: filepath.Join(dir, "etcd"), Lossy: cfg.Lossy, Omit: cfg.EtcdOmit})
 	if err != nil {
 		return h, fmt.Errorf("etcd: %w", err)
 	}

@@ -37,5 +37,8 @@ func (d *LossyDir) Path() string { return d.mnt }
 // only once the member's process is dead.
 func (d *LossyDir) Drop() int64 { return d.fs.DropUnsynced() }
 
+// Unsynced returns the bytes written and not yet synced.
+func (d *LossyDir) Unsynced() int64 { return d.fs.Unsynced() }
+
 // Close unmounts; every process using the mount must be dead.
 func (d *LossyDir) Close() error { return d.fs.Unmount() }

@@ -190,7 +190,7 @@ func (n *nemesis) begin(ctx context.Context, f *Fault, pick int) (func() error, 
 		if f.Class == "kill" {
 			m.Kill()
 		} else {
-			f.Note = fmt.Sprintf("%d bytes unsynced lost", m.KillLose())
+			f.Note = fmt.Sprintf("%d bytes unsynced lost", m.KillLose(2*time.Second))
 		}
 		return m.Start, nil
 	case "stale-leader":
@@ -347,7 +347,7 @@ func (n *nemesis) churn(ctx context.Context, count int, cut *Member) error {
 	defer cli.Close()
 	for i := range count {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		key := fmt.Sprintf("nemesis/churn/%d", i%10)
+		key := fmt.Sprintf("nemesis/churn/%d", i/2%10) // put, then delete
 		var err error
 		if i%2 == 0 {
 			_, err = cli.Put(cctx, key, "x")

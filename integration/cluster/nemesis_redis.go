@@ -37,10 +37,10 @@ var RedisClasses = []string{
 	// partition-redis: the Sentinel master, or a Redlock node, cut off
 	// from the workers (alternately).
 	"partition-redis",
-	// pause-use: SIGSTOP a worker (a redis and a redlock one alternately)
-	// as soon as it is granted, for longer than the TTL, then SIGCONT: the
-	// process pause right after the acquire of Kleppmann's figure. Resumed,
-	// it finishes the round it was in before it sees Done closed.
+	// pause-use: SIGSTOP a holder (a redis and a redlock one alternately)
+	// inside its critical section (phase "inside": it looks at Done again
+	// only after its write) for longer than the TTL, then SIGCONT: the
+	// process pause of Kleppmann's figure.
 	"pause-use",
 }
 
@@ -136,9 +136,9 @@ func (n *redisNemesis) begin(ctx context.Context, f *Fault, pick, turn int) (fun
 		return nt.Heal, nt.Drop(target.Host, rh.Clients)
 	case "pause-use":
 		wl := RedisWorkloads[turn%len(RedisWorkloads)]
-		w := n.awaitGrant(ctx, wl, grantsNow(rh.Workers()), pick, 4*ttl)
+		w := n.awaitPhase(ctx, wl, "inside", nil, pick, 2*ttl)
 		if w == nil {
-			return nil, fmt.Errorf("no %s worker granted within %v", wl, 4*ttl)
+			return nil, fmt.Errorf("no %s worker in its critical section within %v", wl, 2*ttl)
 		}
 		f.Targets = []string{fmt.Sprintf("w%d", w.ID)}
 		f.Workers = []int{w.ID}
@@ -172,7 +172,7 @@ func (n *redisNemesis) failover(ctx context.Context, f *Fault) (func() error, er
 		return nt.Heal, err
 	}
 	since := grantsNow(rh.Workers())
-	w := n.awaitGrant(ctx, "redis", since, 0, 4*ttl)
+	w := n.awaitPhase(ctx, "redis", "use", since, 0, 4*ttl)
 	if w == nil {
 		return nt.Heal, fmt.Errorf("no redis worker granted within %v after the replication link was cut", 4*ttl)
 	}
@@ -215,7 +215,7 @@ func (n *redisNemesis) restartEmpty(ctx context.Context, f *Fault, pick int) (fu
 	f.Targets = []string{cut.Name, victim.Name}
 	deadline := time.Now().Add(12 * ttl)
 	for try := 1; ; try++ {
-		w := n.awaitGrant(ctx, "redlock", grantsNow(rh.Workers()), pick+try, time.Until(deadline))
+		w := n.awaitPhase(ctx, "redlock", "use", grantsNow(rh.Workers()), pick+try, time.Until(deadline))
 		if w == nil {
 			return nil, fmt.Errorf("no redlock holder kept its grant for a TTL after %s was cut off (%d tries in %v)", cut.Name, try-1, 12*ttl)
 		}
@@ -229,7 +229,7 @@ func (n *redisNemesis) restartEmpty(ctx context.Context, f *Fault, pick int) (fu
 			f.Workers = []int{w.ID}
 			victim.kill()
 			err := victim.start(ctx, nil, rh.shim, 0)
-			f.Note = fmt.Sprintf("w%d holds on %s and %s only (its key on %s lapsed while cut off); %s restarted empty, %s back (try %d)",
+			f.Note = fmt.Sprintf("w%d held on %s and %s only (its key on %s lapsed while cut off); %s restarted empty, %s reconnected (try %d)",
 				w.ID, victim.Name, rh.Redlock[(pick+2)%3].Name, cut.Name, victim.Name, cut.Name, try)
 			return nil, errors.Join(err, nt.Heal())
 		}
@@ -245,7 +245,7 @@ func stillHolds(ctx context.Context, w *Worker, g int, d time.Duration) bool {
 	defer t.Stop()
 	for {
 		ch := w.changed()
-		if p, now := w.Phase(); p != "use" || now != g {
+		if p, now := w.Phase(); !holding(p) || now != g {
 			return false
 		}
 		select {
@@ -275,11 +275,11 @@ func grantsNow(ws []*Worker) map[int]int {
 	return out
 }
 
-// awaitGrant returns a live worker of workload wl that holds a grant
-// (phase "use") numbered above since[its ID], within wait, starting the
-// search at its pick-th worker; nil if none does. A nil since accepts any
-// grant held.
-func (n *redisNemesis) awaitGrant(ctx context.Context, wl string, since map[int]int, pick int, wait time.Duration) *Worker {
+// awaitPhase returns a live worker of workload wl in phase (a holder:
+// "use" means "use" or "inside"), with a grant numbered above since[its
+// ID], within wait, starting the search at its pick-th worker; nil if
+// none does. A nil since accepts any grant.
+func (n *redisNemesis) awaitPhase(ctx context.Context, wl, phase string, since map[int]int, pick int, wait time.Duration) *Worker {
 	var ws []*Worker
 	for _, w := range n.h.Workers() {
 		if w.Workload == wl {
@@ -295,7 +295,8 @@ func (n *redisNemesis) awaitGrant(ctx context.Context, wl string, since map[int]
 		for i := range ws {
 			w := ws[(pick+i)%len(ws)]
 			ch := w.changed()
-			if p, g := w.Phase(); p == "use" && g > since[w.ID] {
+			p, g := w.Phase()
+			if (p == phase || phase == "use" && holding(p)) && g > since[w.ID] {
 				select {
 				case <-w.Proc.Done():
 				default:
@@ -309,6 +310,10 @@ func (n *redisNemesis) awaitGrant(ctx context.Context, wl string, since map[int]
 		}
 	}
 }
+
+// holding tells whether a worker in phase holds its grant: it uses it
+// ("use"), or is inside its critical section ("inside").
+func holding(phase string) bool { return phase == "use" || phase == "inside" }
 
 // FastClockEnv is the environment variable from which the fast-clock shim
 // reads its factor.

@@ -692,12 +692,15 @@ func (rep *Report) checkRedis(cfg Config, end int64) error {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: fenced register not linearizable (%d operations): %s", wl, ops, info))
 			}
 		} else {
-			all, refused := fencedRefused(wl, events)
-			row.Linear = fmt.Sprintf("n/a: %d of %d refused", refused, all)
-			if all > 0 {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: no token (Seq 0): the fenced register refused %d of its %d fenced ops", wl, refused, all))
-			}
+			res := fencedResults(wl, events)
+			all := res["ok"] + res["stale"] + res["error"]
+			row.Linear = fmt.Sprintf("n/a: %d of %d refused", res["stale"], all)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: no token (Seq 0): of its %d fenced ops the register refused %d, admitted %d, and %d got no reply",
+				wl, all, res["stale"], res["ok"], res["error"]))
 		}
+		late := lateOps(wl, judged, events)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: ops sent after their grant's validity ran out (e.g. a holder resumed from a pause): unfenced %d admitted, %d no reply; fenced %d admitted, %d refused, %d no reply",
+			wl, late[history.Unfenced]["ok"], late[history.Unfenced]["error"], late[history.Fenced]["ok"], late[history.Fenced]["stale"], late[history.Fenced]["error"]))
 		var counted []string
 		for _, v := range DoneAfterSuccessor(wl, judged, cfg.Permits) {
 			if ex.of(v) != "" {
@@ -776,16 +779,36 @@ func counts(m map[string]int) string {
 	return strings.Join(out, ", ")
 }
 
-// fencedRefused counts workload's fenced ops and those the register
-// refused ("stale").
-func fencedRefused(wl string, events []history.Event) (all, refused int) {
+// fencedResults counts workload's fenced ops by result ("ok", "stale",
+// "error").
+func fencedResults(wl string, events []history.Event) map[string]int {
+	out := map[string]int{}
 	for _, e := range events {
 		if e.Kind == history.Op && e.Reg == history.Fenced && e.Workload == wl {
-			all++
-			if e.Result == "stale" {
-				refused++
-			}
+			out[e.Result]++
 		}
 	}
-	return all, refused
+	return out
+}
+
+// lateOps counts, by register and result, the ops of workload's grants
+// sent after the grant's local validity had run out (a span's Deadline):
+// a holder that resumed from a pause acting before it looked at Done.
+func lateOps(wl string, spans []Span, events []history.Event) map[string]map[string]int {
+	deadline := map[string]int64{}
+	for _, s := range spans {
+		if s.Deadline > 0 {
+			deadline[s.Key] = s.Deadline
+		}
+	}
+	out := map[string]map[string]int{history.Fenced: {}, history.Unfenced: {}}
+	for _, e := range events {
+		if e.Kind != history.Op || e.Workload != wl {
+			continue
+		}
+		if dl, ok := deadline[SpanKey(e.W, e.Workload, e.G)]; ok && e.Call > dl {
+			out[e.Reg][e.Result]++
+		}
+	}
+	return out
 }

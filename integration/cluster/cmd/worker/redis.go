@@ -171,8 +171,7 @@ func (w *worker) runRedis(stop context.Context, l lock.Locker) error {
 		if lost {
 			w.lost(g, h, noticed, validityEnd(h, noticed), true)
 		} else {
-			w.phase("release", g)
-			w.emit(history.Event{G: g, Kind: history.End, T: history.Now(), How: "unlock"})
+			w.releasing(g)
 		}
 		uctx, ucancel := context.WithTimeout(context.Background(), 2*w.cfg.ttl)
 		err = h.Unlock(uctx)

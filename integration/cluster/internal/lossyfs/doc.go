@@ -50,9 +50,18 @@
 //     made after Mount (with private mount propagation, a later mount
 //     does not reach it).
 //   - DropUnsynced and Unmount are meant for when every process using
-//     the mount is dead: a live process keeps reading and writing after
-//     a drop, and a process in another mount namespace keeps the FUSE
-//     connection alive, so that a plain unmount never finishes. Unmount
-//     therefore aborts the connection (those processes get ENOTCONN)
+//     the mount is dead (killed and waited for: a dying process's
+//     in-flight requests are answered before it is reaped). A live
+//     process keeps reading and writing after a drop, and a process in
+//     another mount namespace keeps the FUSE connection alive, so that
+//     a plain unmount never lets the server stop. Unmount therefore
+//     aborts the connection (umount -f; those processes get ENOTCONN)
 //     and is bounded in time; kill the users first.
+//   - The process that mounts serves the filesystem from its own
+//     goroutines. It may use the mount through system calls, but must
+//     not page-fault on it (mmap a file of it): the faulting thread
+//     blocks the Go garbage collector, which the serving goroutines
+//     then wait for, a deadlock. Map files in a child process. If the
+//     serving process dies, the mount stays, dead ("transport endpoint
+//     is not connected"), until umount -l.
 package lossyfs
