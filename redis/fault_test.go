@@ -12,19 +12,10 @@ import (
 
 	"github.com/dlock-go/dlock/integration/redistest"
 	"github.com/dlock-go/dlock/internal/fault"
+	"github.com/dlock-go/dlock/internal/fault/faulttest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
 )
-
-// setFaults sets internal/fault's environment for the test and reloads
-// it; both are restored at cleanup.
-func setFaults(t *testing.T, rate, plants string) {
-	t.Helper()
-	t.Cleanup(func() { assert.NoError(t, fault.Reload()) }) // runs after Setenv's restores
-	t.Setenv(fault.RateEnv, rate)
-	t.Setenv(fault.PlantEnv, plants)
-	require.NoError(t, fault.Reload())
-}
 
 // Under DLOCK_CLOCK_RATE=r a grant's local validity (TTL − drift
 // allowance) passes in validity/r of real time. With a slow clock (r < 1)
@@ -62,7 +53,7 @@ func TestFaultClockRateMovesDone(t *testing.T) {
 			t.Run(b.name+"/rate "+tc.env, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 				defer cancel()
-				setFaults(t, tc.env, "")
+				faulttest.Set(t, tc.env, "")
 				first, second := b.new(t)
 				before := time.Now()
 				h, err := first.TryLock(ctx)

@@ -14,18 +14,9 @@ import (
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/internal/fault"
+	"github.com/dlock-go/dlock/internal/fault/faulttest"
 	"github.com/dlock-go/dlock/session"
 )
-
-// setFaults sets internal/fault's environment for the test and reloads
-// it; both are restored at cleanup.
-func setFaults(t *testing.T, rate, plants string) {
-	t.Helper()
-	t.Cleanup(func() { assert.NoError(t, fault.Reload()) }) // runs after Setenv's restores
-	t.Setenv(fault.RateEnv, rate)
-	t.Setenv(fault.PlantEnv, plants)
-	require.NoError(t, fault.Reload())
-}
 
 // cutOff is a session of TTL 2s (local validity TTL − margin = 1.5s) cut
 // off from etcd right after its grant.
@@ -93,7 +84,7 @@ func TestFaultClockRateMovesDone(t *testing.T) {
 		r   float64
 	}{{"0.25", 0.25}, {"4", 4}} {
 		t.Run("rate "+tc.env, func(t *testing.T) {
-			setFaults(t, tc.env, "")
+			faulttest.Set(t, tc.env, "")
 			ctx := etcdtest.Context(t)
 			co := newCutOff(t, ctx)
 			closed, expiredFirst := co.wait(t, ctx)
@@ -116,7 +107,7 @@ func TestFaultClockRateMovesDone(t *testing.T) {
 // grant, past the server's expiry: cut off, the session's Done is still
 // open when etcd expires its lease and deletes its keys.
 func TestFaultLateDone(t *testing.T) {
-	setFaults(t, "", fault.LateDone)
+	faulttest.Set(t, "", fault.LateDone)
 	ctx := etcdtest.Context(t)
 	co := newCutOff(t, ctx)
 	deadline := co.s.Deadline()
@@ -168,7 +159,7 @@ func (l *hookLog) End(error) {
 // the lease, the session's Err, and its local deadline in real wall-clock
 // time, here under a slow clock.
 func TestFaultSessionEndHook(t *testing.T) {
-	setFaults(t, "0.5", "")
+	faulttest.Set(t, "0.5", "")
 	ctx := etcdtest.Context(t)
 	t.Cleanup(func() { fault.OnSessionEnd(nil) })
 	type key struct{}

@@ -11,17 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/internal/fault"
+	"github.com/dlock-go/dlock/internal/fault/faulttest"
 )
-
-// setFaults sets the seam's environment for the test and reloads it; both
-// are restored at cleanup.
-func setFaults(t *testing.T, rate, plants string) {
-	t.Helper()
-	t.Cleanup(func() { assert.NoError(t, fault.Reload()) }) // runs after Setenv's restores
-	t.Setenv(fault.RateEnv, rate)
-	t.Setenv(fault.PlantEnv, plants)
-	require.NoError(t, fault.Reload())
-}
 
 // At rate r the seam's clock advances r times as fast as the real one,
 // and Until gives the real wait until it reads a time, so that a timer set
@@ -33,7 +24,7 @@ func TestClockRate(t *testing.T) {
 	}{{"0.5", 0.5}, {"2", 2}} {
 		t.Run("rate "+tc.env, func(t *testing.T) {
 			r := tc.r
-			setFaults(t, tc.env, "")
+			faulttest.Set(t, tc.env, "")
 			realStart, seamStart := time.Now(), fault.Now()
 			const seamWait = 200 * time.Millisecond
 			target := seamStart.Add(seamWait)
@@ -53,7 +44,7 @@ func TestClockRate(t *testing.T) {
 
 // Rate 1 (or none) is the real clock itself.
 func TestRateOneIsRealTime(t *testing.T) {
-	setFaults(t, "", "")
+	faulttest.Set(t, "", "")
 	now := time.Now()
 	assert.Equal(t, now, fault.Real(now))
 	assert.WithinDuration(t, time.Now(), fault.Now(), 10*time.Millisecond)
@@ -61,7 +52,7 @@ func TestRateOneIsRealTime(t *testing.T) {
 
 func TestPlanted(t *testing.T) {
 	assert.True(t, fault.Enabled)
-	setFaults(t, "", " late-done,skip-check ,")
+	faulttest.Set(t, "", " late-done,skip-check ,")
 	assert.True(t, fault.Planted(fault.LateDone))
 	assert.True(t, fault.Planted(fault.SkipCheck))
 	assert.False(t, fault.Planted(fault.UnguardedRelease))
@@ -70,7 +61,7 @@ func TestPlanted(t *testing.T) {
 // A malformed environment is refused, naming the variable, and changes
 // nothing.
 func TestBadEnvironment(t *testing.T) {
-	setFaults(t, "0.5", fault.UnguardedRelease)
+	faulttest.Set(t, "0.5", fault.UnguardedRelease)
 	for _, tc := range []struct{ rate, plants, want string }{
 		{"0", "", fault.RateEnv},
 		{"-1", "", fault.RateEnv},
@@ -90,7 +81,7 @@ func TestBadEnvironment(t *testing.T) {
 // The hook gets the deadline as a real wall-clock time, without monotonic
 // reading; OnSessionEnd(nil) removes it.
 func TestHook(t *testing.T) {
-	setFaults(t, "0.5", "")
+	faulttest.Set(t, "0.5", "")
 	type call struct {
 		lease    int64
 		deadline time.Time

@@ -13,17 +13,8 @@ import (
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/internal/fault"
+	"github.com/dlock-go/dlock/internal/fault/faulttest"
 )
-
-// setFaults sets internal/fault's environment for the test and reloads
-// it; both are restored at cleanup.
-func setFaults(t *testing.T, rate, plants string) {
-	t.Helper()
-	t.Cleanup(func() { assert.NoError(t, fault.Reload()) }) // runs after Setenv's restores
-	t.Setenv(fault.RateEnv, rate)
-	t.Setenv(fault.PlantEnv, plants)
-	require.NoError(t, fault.Reload())
-}
 
 // Under the plant skip-check a waiter takes itself for granted although
 // the entry before it is held: two grants of one lock at once. Without the
@@ -50,7 +41,7 @@ func TestFaultSkipCheck(t *testing.T) {
 			cancel()
 			require.ErrorIs(t, err, context.DeadlineExceeded, "the control waits")
 
-			setFaults(t, "", fault.SkipCheck)
+			faulttest.Set(t, "", fault.SkipCheck)
 			hb, err := second.Acquire(ctx, b, "b", false)
 			require.NoError(t, err)
 			assert.True(t, hb.Queued(), "b was enqueued behind a")
@@ -97,7 +88,7 @@ func TestFaultUnguardedRelease(t *testing.T) {
 	})
 
 	t.Run("planted", func(t *testing.T) {
-		setFaults(t, "", fault.UnguardedRelease)
+		faulttest.Set(t, "", fault.UnguardedRelease)
 		ctx := etcdtest.Context(t)
 		q := New(cli, "unguarded", "planted", Exclusive)
 		c := etcdtest.Session(t, cli)
