@@ -34,6 +34,15 @@ func TestPlanted(t *testing.T) {
 		cfg:    Config{Plant: "late-done", Faults: 2, Classes: []string{"partition-holder"}, Workloads: []string{"mutex"}, Hold: time.Hour},
 		expect: "Done after a successor's grant",
 	}, {
+		// A release that does not check what it deletes: a permit holder's
+		// Unlock deletes the queue's head, another holder's key, and a
+		// waiter is granted while that holder still acts. (With a Mutex
+		// a late Unlock never gets that far: after a pause past the TTL
+		// the grant has ended and Unlock deletes nothing.)
+		name:   "unguarded-release",
+		cfg:    Config{Plant: "unguarded-release", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"semaphore"}},
+		expect: "Done after a successor's grant",
+	}, {
 		name:   "first-token",
 		cfg:    Config{WorkerPlant: "first-token", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 		expect: "token regression",
