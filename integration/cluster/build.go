@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,9 +25,6 @@ var built struct {
 func build(etcd string) (bins, error) {
 	if etcd == "" {
 		etcd = os.Getenv("DLOCK_ETCD")
-	}
-	if etcd == "" {
-		return bins{}, errors.New("cluster: no etcd binary (Config.EtcdBin or DLOCK_ETCD)")
 	}
 	built.once.Do(func() {
 		if built.dir, built.err = os.MkdirTemp("", "dlock-cluster-bin-"); built.err != nil {

@@ -177,6 +177,9 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	if b.etcd == "" {
+		return h, errors.New("cluster: no etcd binary (Config.EtcdBin or DLOCK_ETCD)")
+	}
 	h.Etcd, err = StartEtcd(sctx, EtcdConfig{Bin: b.etcd, Hosts: hosts, Dir: filepath.Join(dir, "etcd"), Lossy: cfg.Lossy, Omit: cfg.EtcdOmit})
 	if err != nil {
 		return h, fmt.Errorf("etcd: %w", err)

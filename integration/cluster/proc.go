@@ -112,6 +112,11 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 // Kill sends SIGKILL (and SIGCONT, so that a stopped process dies at
 // once) and waits until the process has been reaped.
 func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+		return // reaped: its PID (and group) may be someone else's now
+	default:
+	}
 	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
 	_ = syscall.Kill(-p.Pid(), syscall.SIGCONT)
 	<-p.done

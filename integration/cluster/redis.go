@@ -8,7 +8,6 @@ package cluster
 // better under these faults), not failures.
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -75,20 +74,12 @@ type RedisNode struct {
 	h    *Harness
 	args []string // after the binary
 
-	mu     sync.Mutex
-	proc   *Proc
-	factor float64 // the running process's clock factor (0: the real clock)
+	mu   sync.Mutex
+	proc *Proc
 }
 
 // Addr returns host:port.
 func (n *RedisNode) Addr() string { return net.JoinHostPort(n.Host.IP, strconv.Itoa(n.Port)) }
-
-// Factor returns the clock factor of the running process (0: real).
-func (n *RedisNode) Factor() float64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.factor
-}
 
 // start starts the node with args (nil: its own) and waits until it
 // answers PING. A factor other than 0 runs it under the fast-clock shim
@@ -109,7 +100,7 @@ func (n *RedisNode) start(ctx context.Context, args []string, shim string, facto
 		return errors.New("harness closed")
 	}
 	n.mu.Lock()
-	n.proc, n.factor = p, factor
+	n.proc = p
 	n.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -218,7 +209,7 @@ func StartRedis(ctx context.Context, cfg Config) (rh *RedisHarness, err error) {
 		return nil, errors.New("cluster: redis-server not found (apt-get install redis-server redis-sentinel)")
 	}
 	// A Redis run starts no etcd: build wants a name, not a binary.
-	b, err := build(cmp.Or(cfg.EtcdBin, os.Getenv("DLOCK_ETCD"), "none"))
+	b, err := build("")
 	if err != nil {
 		return nil, err
 	}
