@@ -9,10 +9,8 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -534,7 +532,7 @@ func (rh *RedisHarness) Leftovers(ctx context.Context, wait time.Duration) ([]st
 // or cfg.Faults, stops the workers, checks the histories and returns the
 // report. Defaults differ from Run's: the workloads are RedisWorkloads,
 // the longest hold is 2 TTLs. The artifacts stay in the report's Dir;
-// RecheckRedis checks them again.
+// Recheck checks them again.
 func RunRedis(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, error) {
 	cfg.redisDefaults()
 	cfg.defaults()
@@ -547,83 +545,13 @@ func RunRedis(ctx context.Context, cfg Config, logf func(string, ...any)) (*Repo
 	}
 	defer rh.Close()
 	h := rh.Harness
-	cfg = h.Cfg
-	if err := writeJSON(filepath.Join(h.Dir, "config.json"), cfg); err != nil {
-		return nil, err
-	}
-	logf("redis cluster up: artifacts in %s; replay with DLOCK_SEED=%d", h.Dir, cfg.Seed)
-	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x646c6f636b))
+	rng := newRNG(cfg.Seed)
 	nem := &redisNemesis{nemesis: &nemesis{h: h, rng: rng, log: logf}, rh: rh, turns: map[string]int{}}
-	// Let every workload grant once before the first fault.
-	sleep(ctx, cfg.TTL)
-	order := slices.Clone(cfg.Classes)
-	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	var faults []Fault
-	begin := time.Now()
-	for n := 1; ctx.Err() == nil; n++ {
-		if cfg.Faults > 0 && n > cfg.Faults || cfg.Faults == 0 && time.Since(begin) >= cfg.Duration {
-			break
-		}
-		f := Fault{N: n, Class: cfg.Classes[rng.IntN(len(cfg.Classes))]}
-		if cfg.Faults > 0 {
-			f.Class = order[(n-1)%len(order)]
-		}
-		nem.inject(ctx, &f)
-		faults = append(faults, f)
-		if err := writeJSON(filepath.Join(h.Dir, "schedule.json"), faults); err != nil {
-			return nil, err
-		}
-		sleep(ctx, cfg.Gap)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	end := time.Now().UnixNano()
-	rep := &Report{Seed: cfg.Seed, Dir: h.Dir, Faults: faults}
-	for _, err := range h.StopWorkers(2*cfg.TTL + 15*time.Second) {
-		rep.Failures = append(rep.Failures, "worker did not stop cleanly: "+err.Error())
-	}
-	// A Mutex's waiters key outlives its last waiter by a TTL and 1s.
-	left, err := rh.Leftovers(ctx, 2*cfg.TTL+5*time.Second)
-	if err != nil {
-		rep.Failures = append(rep.Failures, "nothing left: cannot read a node: "+err.Error())
-	}
-	for _, l := range left {
-		rep.Failures = append(rep.Failures, "nothing left: "+l)
-	}
-	if err := h.Resource.Stop(5 * time.Second); err != nil {
-		rep.Failures = append(rep.Failures, "resource: "+err.Error())
-	}
-	if err := writeJSON(filepath.Join(h.Dir, "end.json"), runEnd{End: end}); err != nil {
-		return nil, err
-	}
-	if err := rh.Close(); err != nil {
-		rep.Notes = append(rep.Notes, "close: "+err.Error())
-	}
-	if err := rep.checkRedis(cfg, end); err != nil {
-		return rep, err
-	}
-	return rep, writeReport(rep)
-}
-
-// RecheckRedis runs the Redis checkers again on a saved run's artifacts.
-func RecheckRedis(dir string) (*Report, error) {
-	var cfg Config
-	var faults []Fault
-	var e runEnd
-	for name, v := range map[string]any{"config.json": &cfg, "schedule.json": &faults, "end.json": &e} {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal(b, v); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	cfg.redisDefaults()
-	cfg.defaults()
-	rep := &Report{Seed: cfg.Seed, Dir: dir, Faults: faults}
-	return rep, rep.checkRedis(cfg, e.End)
+	return runner{
+		h: h, rng: rng, logf: logf, inject: nem.inject,
+		leftovers: rh.Leftovers, store: "a node", close: rh.Close,
+		check: func(rep *Report, cfg Config, end int64, _ []int) error { return rep.checkRedis(cfg, end) },
+	}.run(ctx)
 }
 
 // checkRedis is check for a Redis run: the same checkers fill the same

@@ -39,45 +39,66 @@ type Row struct {
 	Acquire     []time.Duration
 }
 
-// Run starts a harness, injects faults for cfg.Duration, stops the
-// workers, checks the histories and returns the report. The artifacts
-// stay in the report's Dir. logf receives progress lines.
+// Run starts a harness, injects faults for cfg.Duration (or cfg.Faults
+// faults), stops the workers, checks the histories and returns the
+// report. The artifacts stay in the report's Dir. logf receives progress
+// lines.
 func Run(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, error) {
 	cfg.defaults()
+	if len(cfg.Classes) == 0 {
+		cfg.Classes = EtcdClasses
+	}
 	h, err := Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	cfg = h.Cfg
+	rng := newRNG(cfg.Seed)
+	nem := &nemesis{h: h, rng: rng, log: logf}
+	return runner{
+		h: h, rng: rng, logf: logf, inject: nem.inject,
+		leftovers: h.Leftovers, store: "etcd", close: h.Close, check: (*Report).check,
+	}.run(ctx)
+}
+
+func newRNG(seed int64) *rand.Rand { return rand.New(rand.NewPCG(uint64(seed), 0x646c6f636b)) }
+
+// runner is the part of a run that every backend shares: the fault loop,
+// the stop, the checks of what is left, the record of the run's end.
+type runner struct {
+	h         *Harness
+	rng       *rand.Rand // the nemesis' too: one seeded stream
+	logf      func(string, ...any)
+	inject    func(context.Context, *Fault)
+	leftovers func(context.Context, time.Duration) ([]string, error)
+	store     string // what leftovers reads, for its error
+	close     func() error
+	check     func(rep *Report, cfg Config, end int64, slowClocks []int) error
+}
+
+func (r runner) run(ctx context.Context) (*Report, error) {
+	h, cfg := r.h, r.h.Cfg
 	if err := writeJSON(filepath.Join(h.Dir, "config.json"), cfg); err != nil {
 		return nil, err
 	}
-	logf("cluster up: artifacts in %s; replay with DLOCK_SEED=%d", h.Dir, cfg.Seed)
-	classes := cfg.Classes
-	if len(classes) == 0 {
-		classes = EtcdClasses
-	}
-	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x646c6f636b))
-	nem := &nemesis{h: h, rng: rng, log: logf}
+	r.logf("cluster up: artifacts in %s; replay with DLOCK_SEED=%d", h.Dir, cfg.Seed)
 	// Let every workload grant once before the first fault.
 	sleep(ctx, cfg.TTL)
-	order := slices.Clone(classes)
-	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	more := func(n int, begin time.Time) bool {
-		if cfg.Faults > 0 {
-			return n <= cfg.Faults
-		}
-		return time.Since(begin) < cfg.Duration
-	}
+	// With cfg.Faults, each class in turn, in a seeded order; else classes
+	// drawn at random until cfg.Duration has passed.
+	order := slices.Clone(cfg.Classes)
+	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	var faults []Fault
 	begin := time.Now()
-	for n := 1; more(n, begin) && ctx.Err() == nil; n++ {
-		f := Fault{N: n, Class: classes[rng.IntN(len(classes))]}
+	for n := 1; ctx.Err() == nil; n++ {
+		if cfg.Faults > 0 && n > cfg.Faults || cfg.Faults == 0 && time.Since(begin) >= cfg.Duration {
+			break
+		}
+		f := Fault{N: n, Class: cfg.Classes[r.rng.IntN(len(cfg.Classes))]}
 		if cfg.Faults > 0 {
 			f.Class = order[(n-1)%len(order)]
 		}
-		nem.inject(ctx, &f)
+		r.inject(ctx, &f)
 		faults = append(faults, f)
 		if err := writeJSON(filepath.Join(h.Dir, "schedule.json"), faults); err != nil {
 			return nil, err
@@ -92,9 +113,9 @@ func Run(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, e
 	for _, err := range h.StopWorkers(2*cfg.TTL + 15*time.Second) {
 		rep.Failures = append(rep.Failures, "worker did not stop cleanly: "+err.Error())
 	}
-	left, err := h.Leftovers(ctx, 2*cfg.TTL+5*time.Second)
+	left, err := r.leftovers(ctx, 2*cfg.TTL+5*time.Second)
 	if err != nil {
-		rep.Failures = append(rep.Failures, "nothing left: cannot read etcd: "+err.Error())
+		rep.Failures = append(rep.Failures, "nothing left: cannot read "+r.store+": "+err.Error())
 	}
 	for _, l := range left {
 		rep.Failures = append(rep.Failures, "nothing left: "+l)
@@ -111,10 +132,10 @@ func Run(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, e
 	if err := writeJSON(filepath.Join(h.Dir, "end.json"), runEnd{End: end, SlowClocks: slowClocks}); err != nil {
 		return nil, err
 	}
-	if err := h.Close(); err != nil {
+	if err := r.close(); err != nil {
 		rep.Notes = append(rep.Notes, "close: "+err.Error())
 	}
-	if err := rep.check(cfg, end, slowClocks); err != nil {
+	if err := r.check(rep, cfg, end, slowClocks); err != nil {
 		return rep, err
 	}
 	return rep, writeReport(rep)
@@ -126,23 +147,37 @@ type runEnd struct {
 	SlowClocks []int `json:"slow_clocks"` // workers that ran on a slow clock
 }
 
-// Recheck runs the checkers again on a saved run's artifacts.
+// Recheck runs the checkers again on a saved run's artifacts (an etcd
+// run's or a Redis run's).
 func Recheck(dir string) (*Report, error) {
+	cfg, rep, e, err := load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if slices.ContainsFunc(cfg.Workloads, func(wl string) bool { return slices.Contains(RedisWorkloads, wl) }) {
+		cfg.redisDefaults()
+		cfg.defaults()
+		return rep, rep.checkRedis(cfg, e.End)
+	}
+	cfg.defaults()
+	return rep, rep.check(cfg, e.End, e.SlowClocks)
+}
+
+// load reads a saved run: its config, schedule and end.
+func load(dir string) (Config, *Report, runEnd, error) {
 	var cfg Config
 	var faults []Fault
 	var e runEnd
 	for name, v := range map[string]any{"config.json": &cfg, "schedule.json": &faults, "end.json": &e} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			return nil, err
+			return cfg, nil, e, err
 		}
 		if err := json.Unmarshal(b, v); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return cfg, nil, e, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	cfg.defaults()
-	rep := &Report{Seed: cfg.Seed, Dir: dir, Faults: faults}
-	return rep, rep.check(cfg, e.End, e.SlowClocks)
+	return cfg, &Report{Seed: cfg.Seed, Dir: dir, Faults: faults}, e, nil
 }
 
 // check runs every checker over the run's histories and fills the rows
