@@ -208,30 +208,29 @@ func withCleanup(err error, t ticket, cerr error) error {
 
 // abandon removes t's key after a cancelled or failed acquire, with a
 // context detached from ctx and bounded by cleanup.Timeout, and frees its
-// name. While t is held no other attempt uses its name, so the unguarded
-// delete can only remove t's own entry. If the delete fails, the key is
-// kept as a leftover that the session's next enqueue deletes first. If s
-// has ended, abandon does nothing: the key goes with the lease (whose
-// heartbeats have stopped), and etcd may well be unreachable; so does a
-// late enqueue.
+// name. If the delete fails, the key is kept as a leftover that the
+// session's next enqueue deletes first. If s has ended, abandon does
+// nothing: the key goes with the lease (whose heartbeats have stopped),
+// and etcd may well be unreachable; so does a late enqueue.
 //
 // unknown says t's enqueue failed with an unknown outcome, so that it may
 // still be applied (see "Late writes"): the same transaction then also
 // moves the session's epoch for the queue, and if it fails the queue is
 // marked dirty.
+//
+// The transaction is guarded (abandonTxn): a copy of it that lands after
+// abandon returned, when the name may hold a later attempt's entry, is
+// void.
 func (q *Queue) abandon(ctx context.Context, s Session, t ticket, unknown bool) error {
 	select {
 	case <-s.Done():
 		return nil
 	default:
 	}
-	ops := q.deletes(t.Key)
-	if unknown {
-		ops = append(ops, clientv3.OpPut(q.epochKey(t.st), "", clientv3.WithLease(s.Lease())))
-	}
 	cctx, cancel := cleanup.Context(ctx)
 	defer cancel()
-	resp, err := q.kv.Txn(cctx).Then(ops...).Commit()
+	guard, ops, els := q.abandonTxn(t, unknown)
+	resp, err := q.kv.Txn(cctx).If(guard).Then(ops...).Else(els...).Commit()
 	if err != nil {
 		if unknown {
 			t.st.markDirty(q.prefix)
@@ -240,10 +239,44 @@ func (q *Queue) abandon(ctx context.Context, s Session, t ticket, unknown bool) 
 		return err
 	}
 	if unknown {
+		if !resp.Succeeded {
+			// The epoch moved before this cleanup (another cleanup of the
+			// session's on this queue): a late enqueue is void all the
+			// same, but one that landed before the move left its key.
+			// Retire the name; the next enqueue deletes the key.
+			epoch, _ := t.st.epoch(q.prefix)
+			q.adoptEpoch(t.st, epoch, resp.Responses[0].GetResponseRange().Kvs)
+			q.retire(t)
+			return nil
+		}
 		t.st.setEpoch(q.prefix, resp.Header.Revision)
 	}
 	t.st.release(t.slot)
 	return nil
+}
+
+// abandonTxn is abandon's transaction: the guard, the deletes (and, after
+// an unknown outcome, the epoch's move), and what to read if the guard
+// fails.
+//
+// The guard voids every copy of the transaction but the first that etcd
+// applies. internal/retry sends it again when an attempt times out, and a
+// slow copy (held by a member cut off from the leader) can land after
+// abandon returned and the name went to the session's next attempt: an
+// unguarded delete would then remove that attempt's entry, a live
+// holder's key (the cluster fault harness found this under packet loss:
+// docs/faults.md). A known entry's delete is guarded by its create
+// revision; after an unknown outcome, by the session's epoch, which the
+// first copy applied moves.
+func (q *Queue) abandonTxn(t ticket, unknown bool) (clientv3.Cmp, []clientv3.Op, []clientv3.Op) {
+	ops := q.deletes(t.Key)
+	if !unknown {
+		return t.Owned(), ops, nil
+	}
+	ek := q.epochKey(t.st)
+	epoch, _ := t.st.epoch(q.prefix)
+	ops = append(ops, clientv3.OpPut(ek, "", clientv3.WithLease(t.st.id)))
+	return clientv3.Compare(clientv3.ModRevision(ek), "=", epoch), ops, []clientv3.Op{clientv3.OpGet(ek, clientv3.WithKeysOnly())}
 }
 
 // leave deletes t's entry if it is still the same key (a delete guarded by

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -107,4 +108,32 @@ func TestLeftoverSwept(t *testing.T) {
 	resp, err := cli.Get(ctx, a.Key)
 	require.NoError(t, err)
 	assert.Empty(t, resp.Kvs)
+}
+
+// A copy of an abandon's transaction that etcd applies late (internal/retry
+// sent it again after a timeout; the first copy was held by a member cut
+// off from the leader) must not delete the entry of the session's next
+// attempt, which reuses the name. The cluster fault harness found this
+// under packet loss: a late copy deleted a live leader's key, and the next
+// candidate was elected beside it.
+func TestLateAbandonCopyIsVoid(t *testing.T) {
+	for _, unknown := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unknown=%v", unknown), func(t *testing.T) {
+			ctx, cli, s, q := setup(t)
+			a, _ := join(t, ctx, q, s, "a")
+			guard, ops, els := q.abandonTxn(a, unknown) // what abandon sends
+			require.NoError(t, q.abandon(ctx, s, a, unknown))
+			b, _ := join(t, ctx, q, s, "b")
+			require.Equal(t, a.Key, b.Key, "the next attempt reuses the name")
+
+			// The late copy lands now.
+			_, err := cli.Txn(ctx).If(guard).Then(ops...).Else(els...).Commit()
+			require.NoError(t, err)
+
+			resp, err := cli.Get(ctx, b.Key)
+			require.NoError(t, err)
+			require.Len(t, resp.Kvs, 1, "the late copy deleted the next attempt's entry")
+			assert.Equal(t, b.Rev, resp.Kvs[0].CreateRevision)
+		})
+	}
 }
