@@ -36,6 +36,17 @@ type attempter interface {
 // missed), then wait for a wake-up, the jittered backoff (capped by the
 // holder's remaining validity), or ctx, and attempt again. queued reports
 // that the grant came after the first attempt was refused or failed.
+//
+// Only a grant's release wakes a Redlock's waiters. An attempt that fails
+// deletes its partial keys without a wake-up (discardScript): woken, every
+// waiter would retry at once and split the nodes again. So a waiter that
+// only such keys refused learns that they are gone by polling: a Redlock
+// attempt reports no retryIn, so its attempts are at most retryMax apart
+// (plus the attempt's own round, at most the node timeout), and it finds
+// a key gone within that of its delete. A failed attempt deletes its keys
+// within the node timeout of its decision (a node that had not answered,
+// when its reply comes), or in the background, within cleanup.Timeout,
+// if that delete got no reply; at the latest the key's TTL ends it.
 func acquire(ctx context.Context, a attempter, name string, o *options) (g *Grant, queued bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, errs.New("redis", name, "lock", err)

@@ -126,8 +126,9 @@ end
 return 0
 `)
 
-// releaseScript is a Redlock node's release: it deletes the lock key only
-// if it still holds this grant's value, and then wakes every waiter.
+// releaseScript is a Redlock node's release of a grant: it deletes the
+// lock key only if it still holds this grant's value, and then wakes every
+// waiter. An attempt that was never a grant uses discardScript.
 //
 //	KEYS[1] lock key; ARGV[1] value, ARGV[2] release channel.
 //
@@ -137,6 +138,25 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '1')
   return 1
+end
+return 0
+`)
+
+// discardScript deletes what a Redlock acquire that was never a grant
+// left on a node (the failed attempt's partial key, or a key that landed
+// after its round was decided without it): the lock key, only if it
+// still holds that attempt's value. Unlike releaseScript it publishes
+// nothing: a failed attempt freed no lock (no majority was ever held),
+// and a wake-up would send every waiter at the lock at once, to split
+// the nodes between them again. A waiter that such a key refused polls
+// instead (see acquire).
+//
+//	KEYS[1] lock key; ARGV[1] value.
+//
+// Returns 1 if the key was this attempt's and is now deleted, else 0.
+var discardScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
 end
 return 0
 `)

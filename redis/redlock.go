@@ -97,9 +97,11 @@ func NewRedlock(clients []goredis.UniversalClient, name string, opts ...Option) 
 func (r *Redlock) LockKey() string { return "redlock:" + r.keys.lock }
 
 // Lock waits until a majority grants the lock or ctx ends. Between attempts
-// it waits for a release notification from any node or a random delay. On
-// ctx end it returns an error matching ctx.Err() and leaves no key behind.
-// The lock.Held is a *Grant whose Token has Seq 0.
+// it waits for a release notification from any node or a random delay (at
+// most the retry max); only a grant's Unlock notifies, not an attempt that
+// failed and deletes its partial keys. On ctx end it returns an error
+// matching ctx.Err() and leaves no key behind. The lock.Held is a *Grant
+// whose Token has Seq 0.
 func (r *Redlock) Lock(ctx context.Context) (lock.Held, error) {
 	return lockWith(ctx, r, r.tel, r.name, &r.o)
 }
@@ -137,6 +139,11 @@ type round struct {
 	// grant until Unlock starts): a node that grants late then keeps the
 	// key; otherwise a late grant is deleted.
 	alive bool
+	// granted is set with the first alive and never cleared: the round
+	// became a grant. Only a grant's keys are deleted with a release
+	// (which wakes the waiters); an attempt that was never one discards
+	// its keys silently (see discardScript).
+	granted bool
 	// kept[i]: node i answered the acquire after the decision, while the
 	// grant was held (so its key, if any, is Unlock's to delete).
 	kept []bool        // by node index
@@ -268,30 +275,41 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 	// it answered while the grant is held (Unlock then deletes it): the
 	// grant does not count it, and Unlock leaves the nodes whose acquire
 	// is still out to this. A SET without a reply may have landed (or
-	// land when a stalled node resumes): its delete waits for that.
+	// land when a stalled node resumes): its delete waits for that. The
+	// delete wakes the waiters only if it finishes a grant's Unlock; a key
+	// of an attempt that failed (or of a grant still held, which its
+	// majority keeps) is discarded without a wake-up.
 	late := func(rd *round, i int, nr nodeResult) {
 		rd.mu.Lock()
 		keep := rd.alive
+		released := rd.granted && !rd.alive // the grant's Unlock has started
 		rd.kept[i] = keep
 		rd.mu.Unlock()
 		if nr.err == nil && (nr.n != 1 || keep) {
 			return
 		}
-		r.nodes[i].cleanupNow(ctx, r.keys.lock, r.releaseErr(value))
+		del := r.discarder(value)
+		if released {
+			del = r.releaser(value)
+		}
+		r.nodes[i].cleanupNow(ctx, r.keys.lock, errOnly(del))
 	}
 	rd, qe := r.fanout(ctx, op, r.allNodes(), setNX, r.settled, late)
 	validity := r.o.ttl - fault.Since(start) - r.o.driftAllowance()
 	if qe.ok >= r.quorum && validity > 0 {
 		rd.mu.Lock()
-		rd.alive = true
+		rd.alive, rd.granted = true, true
 		rd.mu.Unlock()
 		return newGrant(r.name, 0, value, &redlockGrant{r: r, rd: rd}, &r.o, start, r.tel), 0, nil
 	}
 	qe.expired = qe.ok >= r.quorum
-	// Release where the SET may have landed: nodes that granted, and nodes
-	// that failed (the SET may have landed without its reply reaching us);
-	// a delete without a reply is sent again in the background. Nodes that
-	// have not answered clean up after themselves (late).
+	// Delete the partial keys, where the SET may have landed: nodes that
+	// granted, and nodes that failed (the SET may have landed without its
+	// reply reaching us); a delete without a reply is sent again in the
+	// background. Nodes that have not answered clean up after themselves
+	// (late). This was never a grant, so the delete wakes nobody
+	// (discardScript): a waiter that a partial key refused finds it gone
+	// at its next poll (see acquire).
 	var dirty []int
 	rd.mu.Lock()
 	for i, got := range rd.got {
@@ -301,8 +319,8 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 	}
 	rd.mu.Unlock()
 	if len(dirty) > 0 {
-		again := r.releaseErr(value)
-		rr, _ := r.fanout(context.WithoutCancel(ctx), "unlock", dirty, r.releaser(value), func(int, int, int) bool { return false },
+		again := errOnly(r.discarder(value))
+		rr, _ := r.fanout(context.WithoutCancel(ctx), "unlock", dirty, r.discarder(value), func(int, int, int) bool { return false },
 			func(_ *round, i int, nr nodeResult) {
 				if nr.err != nil {
 					r.nodes[i].cleanupNow(ctx, r.keys.lock, again)
@@ -319,19 +337,28 @@ func (r *Redlock) attempt(ctx context.Context, op, _ string) (*Grant, time.Durat
 	return nil, 0, qe
 }
 
-// releaser returns the compare-and-delete of value on a node, which
-// returns 1 if it deleted the key.
+// releaser returns the release of a grant's value on a node: a
+// compare-and-delete that wakes the waiters (releaseScript) and returns 1
+// if it deleted the key.
 func (r *Redlock) releaser(value string) nodeFunc {
 	return func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
 		return releaseScript.Run(ctx, c, []string{r.keys.lock}, value, r.keys.channel).Int64()
 	}
 }
 
-// releaseErr is releaser for node.cleanup.
-func (r *Redlock) releaseErr(value string) func(ctx context.Context, c goredis.UniversalClient) error {
-	release := r.releaser(value)
+// discarder returns the delete of the value of an attempt that was never a
+// grant on a node: a compare-and-delete that wakes nobody (discardScript)
+// and returns 1 if it deleted the key.
+func (r *Redlock) discarder(value string) nodeFunc {
+	return func(ctx context.Context, c goredis.UniversalClient) (int64, error) {
+		return discardScript.Run(ctx, c, []string{r.keys.lock}, value).Int64()
+	}
+}
+
+// errOnly is fn for node.cleanup.
+func errOnly(fn nodeFunc) func(ctx context.Context, c goredis.UniversalClient) error {
 	return func(ctx context.Context, c goredis.UniversalClient) error {
-		_, err := release(ctx, c)
+		_, err := fn(ctx, c)
 		return err
 	}
 }

@@ -130,7 +130,9 @@ func testWakeOne(t *testing.T, c goredis.UniversalClient) {
 
 // The control: a Redlock release wakes every waiter (broadcast), so the
 // same 8 waiters cost more than one attempt per grant (counted on one of
-// its three nodes).
+// its three nodes). The waiters poll too, every 100 ms at most: when the
+// woken waiters split the nodes and none is granted, their failed attempts
+// wake nobody, and only a poll moves them on.
 func TestRedlockReleaseWakesEveryWaiter(t *testing.T) {
 	const waiters = 8
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -139,7 +141,7 @@ func TestRedlockReleaseWakesEveryWaiter(t *testing.T) {
 	clients := redistest.Clients(t, servers)
 	var count acquireCounter
 	clients[0].(*goredis.Client).AddHook(&count)
-	r, err := redis.NewRedlock(clients, "wake/all", slowRetry...)
+	r, err := redis.NewRedlock(clients, "wake/all", redis.WithTTL(time.Minute), redis.WithRetry(20*time.Millisecond, 100*time.Millisecond))
 	require.NoError(t, err)
 	h, err := r.Lock(ctx)
 	require.NoError(t, err)
@@ -233,5 +235,146 @@ func (a *acquireCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHo
 			a.n.Add(1)
 		}
 		return next(ctx, cmd)
+	}
+}
+
+// A Redlock attempt that fails deletes the key it set on a node without
+// publishing a release: a failed attempt frees no lock, and a wake-up
+// would send every waiter at the lock at once. Nodes 1 and 2 hold a
+// foreign value, so TryLock gets node 0 only; the test subscribes to the
+// release channel on each node first, publishes its own marker once the
+// attempt's key is gone, and the marker must be the first message on
+// every node. Node 0's grant arrives before the refusals decide the round
+// (the failed round deletes it), or after TryLock returned (its late
+// reply deletes it). The control: a grant's Unlock still publishes.
+func TestRedlockFailedAttemptWakesNobody(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "answered", true: "late"}[late], func(t *testing.T) { testFailedAttemptQuiet(t, late) })
+	}
+}
+
+func testFailedAttemptQuiet(t *testing.T, late bool) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	const name = "wake/failed"
+	key := redis.DefaultKeyPrefix + "{" + name + "}"
+	channel := key + ":released"
+	servers := redistest.StartN(t, 3)
+	admins := redistest.Clients(t, servers)
+	subs := make([]*goredis.PubSub, len(servers))
+	for i, c := range admins {
+		ps := c.Subscribe(ctx, channel)
+		t.Cleanup(func() { _ = ps.Close() })
+		msg, err := ps.Receive(ctx)
+		require.NoError(t, err, "subscribe on node %d", i)
+		require.IsType(t, &goredis.Subscription{}, msg, "node %d", i)
+		subs[i] = ps
+	}
+	for _, c := range admins[1:] {
+		require.NoError(t, c.Set(ctx, key, "foreign", time.Minute).Err())
+	}
+
+	// Order the SETs with hooks: node 0's reply before the other nodes'
+	// SETs are sent, or node 0's SET only once TryLock returned. The long
+	// node timeout keeps the held SETs from timing out.
+	clients := redistest.Clients(t, servers)
+	node0 := make(chan bool, 1) // node 0's SET reply: granted or not
+	tried := make(chan struct{})
+	answered := make(chan struct{})
+	if late {
+		clients[0].AddHook(&setGate{key: key, wait: tried, replied: node0})
+	} else {
+		clients[0].AddHook(&setGate{key: key, replied: node0, after: answered})
+		for _, c := range clients[1:] {
+			c.AddHook(&setGate{key: key, wait: answered})
+		}
+	}
+	r, err := redis.NewRedlock(clients, name, redis.WithTTL(time.Minute), redis.WithNodeTimeout(10*time.Second))
+	require.NoError(t, err)
+	drainAtEnd(t)
+
+	_, err = r.TryLock(ctx)
+	close(tried)
+	require.ErrorIs(t, err, lock.ErrLocked, "TryLock against a foreign value on 2 of 3 nodes")
+	require.ErrorIs(t, err, redis.ErrNoQuorum)
+	select {
+	case granted := <-node0:
+		require.True(t, granted, "the attempt set its key on node 0")
+	case <-ctx.Done():
+		require.FailNow(t, "node 0 did not answer the attempt's SET")
+	}
+	drain(t) // the late reply's delete runs in the background
+	n, err := admins[0].Exists(ctx, key).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the failed attempt's key on node 0 is gone")
+
+	firstMessages := func(want string) {
+		t.Helper()
+		for i, ps := range subs {
+			msg, err := ps.ReceiveMessage(ctx)
+			require.NoError(t, err, "node %d", i)
+			require.Equal(t, want, msg.Payload, "node %d: the first message on %s", i, channel)
+		}
+	}
+	for _, c := range admins {
+		require.NoError(t, c.Publish(ctx, channel, "marker").Err())
+	}
+	firstMessages("marker")
+
+	// The control: a grant's Unlock publishes on each node it deletes from.
+	for _, c := range admins[1:] {
+		require.NoError(t, c.Del(ctx, key).Err())
+	}
+	h, err := r.TryLock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, h.Unlock(ctx))
+	drain(t)
+	firstMessages("1")
+}
+
+// setGate is a go-redis hook on the SETs of key: each waits until wait (if
+// not nil) is closed or its ctx ends, and its reply (granted or not) is
+// sent to replied (if not nil, and if it has room), after which after (if
+// not nil) is closed.
+type setGate struct {
+	key     string
+	wait    <-chan struct{}
+	replied chan<- bool
+	after   chan struct{}
+	once    sync.Once
+}
+
+func (*setGate) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (*setGate) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func (g *setGate) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() != "set" || len(args) < 2 || args[1] != g.key {
+			return next(ctx, cmd)
+		}
+		if g.wait != nil {
+			select {
+			case <-g.wait:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		err := next(ctx, cmd)
+		if g.replied != nil {
+			granted := false
+			if b, ok := cmd.(*goredis.BoolCmd); ok {
+				granted = err == nil && b.Val()
+			}
+			select {
+			case g.replied <- granted:
+			default:
+			}
+		}
+		if g.after != nil {
+			g.once.Do(func() { close(g.after) })
+		}
+		return err
 	}
 }

@@ -588,18 +588,13 @@ func StaleAdmitted(records []history.Record) []history.Record {
 	return out
 }
 
-// DoubleGrants counts, by lock, the unfenced register's evidence of double
-// grants: overlaps (two critical sections inside at once where the lock
-// forbids it) and lost updates. Overlaps are counted once per pair of
-// grants {A, B} in either order, however many rounds of theirs overlapped.
-//
-// The unfenced register is the control: it checks nothing, so it shows
-// what the fence is there to stop. Its counts are expected to be nonzero
-// only where holders overlapped (see DoneAfterSuccessor).
-//
-// Cost: O(n) for n records.
-func DoubleGrants(records []history.Record) (overlaps, lostUpdates map[string]int) {
-	overlaps, lostUpdates = make(map[string]int), make(map[string]int)
+// DoubleGrants returns the unfenced register's evidence of double grants,
+// one record each: the first Overlap record of each pair of holders (the
+// resource writes one per section that overlapped, so a pair that stayed
+// overlapped for several sections counts once, whichever way round) and
+// every LostUpdate.
+func DoubleGrants(records []history.Record) []history.Record {
+	var out []history.Record
 	seen := make(map[[3]string]bool)
 	for _, r := range records {
 		switch r.Kind {
@@ -607,11 +602,11 @@ func DoubleGrants(records []history.Record) (overlaps, lostUpdates map[string]in
 			pair := [3]string{r.Lock, min(r.A, r.B), max(r.A, r.B)}
 			if !seen[pair] {
 				seen[pair] = true
-				overlaps[r.Lock]++
+				out = append(out, r)
 			}
 		case history.LostUpdate:
-			lostUpdates[r.Lock]++
+			out = append(out, r)
 		}
 	}
-	return overlaps, lostUpdates
+	return out
 }

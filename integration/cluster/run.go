@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,13 +22,15 @@ type Report struct {
 	Dir      string
 	Faults   []Fault
 	Rows     []Row
+	ByClass  []Row    // the same figures per backend and fault class
 	Failures []string // each a checker's verdict; empty: the run passed
 	Notes    []string // observations that are not failures
 }
 
 // Row is one workload's line of the table.
 type Row struct {
-	Workload    string
+	Workload    string // or, in ByClass, the backend ("etcd", "redis", "redlock")
+	Class       string // ByClass only: the fault class
 	Grants      int
 	Double      int    // double grants the unfenced control saw (overlaps and lost updates at the resource)
 	Stale       int    // stale writes the fenced register admitted
@@ -154,10 +157,8 @@ func Recheck(dir string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if slices.ContainsFunc(cfg.Workloads, func(wl string) bool { return slices.Contains(RedisWorkloads, wl) }) {
+	if cfg.redis() {
 		cfg.redisDefaults()
-		cfg.defaults()
-		return rep, rep.checkRedis(cfg, e.End)
 	}
 	cfg.defaults()
 	return rep, rep.check(cfg, e.End, e.SlowClocks)
@@ -181,7 +182,15 @@ func load(dir string) (Config, *Report, runEnd, error) {
 }
 
 // check runs every checker over the run's histories and fills the rows
-// and failures.
+// (per workload, and per backend and fault class) and the verdicts.
+//
+// An etcd run fails on every violation. A Redis run (measured) notes the
+// lock's own violations instead (Done after a successor, token
+// regressions, a fenced register that is not linearizable) and counts
+// them: they are what the table measures for backends whose guarantees
+// do not exclude them. Every run fails on a stale or tokenless write
+// admitted, on no progress after a heal, and (Redis) on a fault it could
+// not inject.
 func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 	events, err := history.ReadWorkers(filepath.Join(rep.Dir, "history"))
 	if err != nil {
@@ -191,29 +200,65 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
+	measured := cfg.redis()
+	verdict := func(vs ...string) {
+		if measured {
+			rep.Notes = append(rep.Notes, vs...)
+		} else {
+			rep.Failures = append(rep.Failures, vs...)
+		}
+	}
+	if measured {
+		for _, f := range rep.Faults {
+			if f.Err != "" {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("fault %d %s: %s", f.N, f.Class, f.Err))
+			}
+		}
+	}
 	ex := exemptions{faults: rep.Faults, ttl: cfg.TTL, slow: map[int]bool{}}
 	for _, id := range slowClocks {
 		ex.slow[id] = true
 	}
+	classes := newByClass(rep.Faults)
 	spans := Spans(events, end)
-	overlaps, lost := DoubleGrants(records)
+	doubles := DoubleGrants(records)
 	stale := StaleAdmitted(records)
 	bound := cfg.RecoveryBound()
 	for _, wl := range cfg.Workloads {
 		lock := "dlock-" + wl
+		backend := "etcd"
+		if measured {
+			backend = wl
+		}
+		at := func(t int64) *Row { return classes.row(backend, t) }
 		var judged []Span
 		for _, s := range spans[wl] {
 			if s.Grant <= end {
 				judged = append(judged, s)
+				at(s.Grant).Grants++
 			}
 		}
-		row := Row{Workload: wl, Grants: len(judged), Double: overlaps[lock] + lost[lock]}
+		row := Row{Workload: wl, Grants: len(judged)}
+		for _, r := range doubles {
+			if r.Lock == lock {
+				row.Double++
+				at(r.T).Double++
+			}
+		}
 		for _, r := range stale {
 			if r.Lock == lock {
 				row.Stale++
+				at(r.T).Stale++
 				if row.Stale <= 3 {
 					rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register admitted a stale write: tok %d at %s", wl, r.Tok, clock(r.T)))
 				}
+			}
+		}
+		for _, r := range records {
+			if r.Kind == history.Write && r.Lock == lock && r.Tok == 0 {
+				row.Stale++
+				at(r.T).Stale++
+				rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register admitted a write without a token at %s", wl, clock(r.T)))
 			}
 		}
 		if row.Stale > 3 {
@@ -227,8 +272,11 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 			}
 			if !ok {
 				row.Linear, _, _ = strings.Cut(info, "\n")
-				rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register not linearizable (%s, %d operations)", wl, info, ops))
+				verdict(fmt.Sprintf("%s: fenced register not linearizable (%s, %d operations)", wl, info, ops))
 			}
+		} else if res := fencedResults(wl, events); len(res) > 0 {
+			all := res["ok"] + res["stale"] + res["error"]
+			row.Linear = fmt.Sprintf("n/a: %d of %d refused", res["stale"], all)
 		}
 		var counted []string
 		for _, group := range bySuccessor(DoneAfterSuccessor(wl, judged, cfg.Permits)) {
@@ -244,17 +292,21 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 			if wl == "semaphore" {
 				capacity = cfg.Permits
 			}
+			c := at(group[0].After.Grant)
 			if len(fair) < capacity {
 				row.Exempt += len(group)
+				c.Exempt += len(group)
 				continue
 			}
 			row.DoneAfter += len(fair)
 			row.Exempt += len(group) - len(fair)
+			c.DoneAfter += len(fair)
+			c.Exempt += len(group) - len(fair)
 			for _, v := range fair {
 				counted = append(counted, v.String())
 			}
 		}
-		rep.Failures = append(rep.Failures, listed(wl+": Done after a successor's grant", counted)...)
+		verdict(listed(wl+": Done after a successor's grant", counted)...)
 		var fair []Span
 		for _, s := range judged {
 			if !ex.span(s) {
@@ -264,14 +316,70 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 		var regs []string
 		for _, v := range TokenRegressions(wl, fair) {
 			regs = append(regs, v.String())
+			at(v.After.Grant).Regressions++
 		}
 		row.Regressions = len(regs)
-		rep.Failures = append(rep.Failures, listed(wl, regs)...)
-		row.Acquire = acquireLatencies(events, wl, end)
-		row.Recovery, rep.Failures = recovery(wl, judged, rep.Faults, end, bound, rep.Failures)
+		verdict(listed(wl, regs)...)
+		for _, a := range acquires(events, wl, end) {
+			row.Acquire = append(row.Acquire, a.took)
+			at(a.granted).Acquire = append(at(a.granted).Acquire, a.took)
+		}
+		var fails []string
+		for i, d := range recovery(wl, judged, rep.Faults, end, bound, &fails) {
+			row.Recovery = append(row.Recovery, d)
+			c := classes.rowOf(backend, rep.Faults[i].Class)
+			c.Recovery = append(c.Recovery, d)
+		}
+		rep.Failures = append(rep.Failures, fails...)
+		if measured {
+			late := lateOps(wl, judged, events)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: ops sent after their grant's validity ran out (e.g. a holder resumed from a pause): unfenced %d admitted, %d no reply; fenced %d admitted, %d refused, %d no reply",
+				wl, late[history.Unfenced]["ok"], late[history.Unfenced]["error"], late[history.Fenced]["ok"], late[history.Fenced]["stale"], late[history.Fenced]["error"]))
+		}
 		rep.Rows = append(rep.Rows, row)
 	}
+	rep.ByClass = classes.rows
 	return nil
+}
+
+// redis tells whether the run is a Redis run.
+func (c Config) redis() bool {
+	return slices.ContainsFunc(c.Workloads, func(wl string) bool { return slices.Contains(RedisWorkloads, wl) })
+}
+
+// byClass sums a run's figures per backend and fault class: what happened
+// from a fault's start until the next fault's is the fault's (its heal and
+// the quiet after it included); what came before the first fault is
+// "none".
+type byClass struct {
+	faults []Fault
+	rows   []Row
+	at     map[[2]string]int
+}
+
+func newByClass(faults []Fault) *byClass { return &byClass{faults: faults, at: map[[2]string]int{}} }
+
+// row returns the row of backend's fault class at t.
+func (b *byClass) row(backend string, t int64) *Row {
+	class := "none"
+	for _, f := range b.faults {
+		if f.Start > t {
+			break
+		}
+		class = f.Class
+	}
+	return b.rowOf(backend, class)
+}
+
+func (b *byClass) rowOf(backend, class string) *Row {
+	k := [2]string{backend, class}
+	i, ok := b.at[k]
+	if !ok {
+		i = len(b.rows)
+		b.at[k] = i
+		b.rows = append(b.rows, Row{Workload: backend, Class: class})
+	}
+	return &b.rows[i]
 }
 
 // bySuccessor groups violations by their later grant, in order.
@@ -291,10 +399,11 @@ func bySuccessor(vs []Violation) [][]Violation {
 }
 
 // fencedWorkload tells whether a workload writes the fenced register
-// (a semaphore's permits overlap by design: they do not).
+// with a token: a semaphore's permits overlap by design, and Redlock has
+// none (its Seq 0 is refused by every guard: it writes, and is refused).
 func fencedWorkload(wl string) bool { return wl != "semaphore" && wl != "redlock" }
 
-// listed turns violations into failures: the first three in full, then a
+// listed turns violations into verdicts: the first three in full, then a
 // count.
 func listed(what string, vs []string) []string {
 	var out []string
@@ -310,14 +419,16 @@ func listed(what string, vs []string) []string {
 
 // recovery checks progress after each heal: when the next fault (or the
 // end) comes at least bound after it, the workload must grant within
-// bound of the heal. It returns the recovery times (heal to first grant).
-func recovery(wl string, spans []Span, faults []Fault, end int64, bound time.Duration, fails []string) ([]time.Duration, []string) {
+// bound of the heal (else a failure goes to fails). It returns, by the
+// fault's index, the recovery times it saw (heal to the first grant
+// before the next fault).
+func recovery(wl string, spans []Span, faults []Fault, end int64, bound time.Duration, fails *[]string) map[int]time.Duration {
 	grants := make([]int64, 0, len(spans))
 	for _, s := range spans {
 		grants = append(grants, s.Grant)
 	}
 	slices.Sort(grants)
-	var rec []time.Duration
+	rec := map[int]time.Duration{}
 	for i, f := range faults {
 		next := end
 		if i+1 < len(faults) {
@@ -325,21 +436,28 @@ func recovery(wl string, spans []Span, faults []Fault, end int64, bound time.Dur
 		}
 		j := sort.Search(len(grants), func(k int) bool { return grants[k] > f.Heal })
 		if j < len(grants) && grants[j] <= next {
-			rec = append(rec, time.Duration(grants[j]-f.Heal))
+			rec[i] = time.Duration(grants[j] - f.Heal)
 		}
 		if time.Duration(next-f.Heal) < bound {
 			continue // the next fault came too soon to judge
 		}
 		if j == len(grants) || time.Duration(grants[j]-f.Heal) > bound {
-			fails = append(fails, fmt.Sprintf("%s: no progress: no grant within %v after %s (fault %d) healed at %s", wl, bound, f.Class, f.N, clock(f.Heal)))
+			*fails = append(*fails, fmt.Sprintf("%s: no progress: no grant within %v after %s (fault %d) healed at %s", wl, bound, f.Class, f.N, clock(f.Heal)))
 		}
 	}
-	return rec, fails
+	return rec
 }
 
-func acquireLatencies(events []history.Event, wl string, end int64) []time.Duration {
+// acquire is one successful acquire: when it was granted, how long it
+// took.
+type acquire struct {
+	granted int64
+	took    time.Duration
+}
+
+func acquires(events []history.Event, wl string, end int64) []acquire {
 	start := map[[2]int]int64{}
-	var out []time.Duration
+	var out []acquire
 	for _, e := range events {
 		if e.Workload != wl || e.T > end {
 			continue
@@ -349,7 +467,7 @@ func acquireLatencies(events []history.Event, wl string, end int64) []time.Durat
 			start[[2]int{e.W, e.G}] = e.T
 		case history.Grant:
 			if t, ok := start[[2]int{e.W, e.G}]; ok {
-				out = append(out, time.Duration(e.T-t))
+				out = append(out, acquire{granted: e.T, took: time.Duration(e.T - t)})
 			}
 		}
 	}
@@ -421,6 +539,10 @@ func (rep *Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d, %d faults, artifacts %s\n\n", rep.Seed, len(rep.Faults), rep.Dir)
 	b.WriteString(Table(rep.Rows))
+	if len(rep.ByClass) > 0 {
+		b.WriteString("\nBy fault class (from a fault's start to the next one's):\n\n")
+		b.WriteString(ClassTable(rep.ByClass))
+	}
 	counts := map[string]int{}
 	for _, f := range rep.Faults {
 		counts[f.Class]++
@@ -462,6 +584,24 @@ func Table(rows []Row) string {
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %d (%d) | %d | %s / %s | %s / %s |\n",
 			r.Workload, r.Grants, r.Double, r.Stale, lin, r.DoneAfter, r.Exempt, r.Regressions,
+			ms(quantile(r.Recovery, 0.5)), ms(quantile(r.Recovery, 1)), ms(quantile(r.Acquire, 0.5)), ms(quantile(r.Acquire, 0.99)))
+	}
+	return b.String()
+}
+
+// ClassTable renders per-class rows (Report.ByClass), sorted by backend
+// and class.
+func ClassTable(rows []Row) string {
+	rows = slices.Clone(rows)
+	slices.SortStableFunc(rows, func(a, b Row) int {
+		return cmp.Or(strings.Compare(a.Workload, b.Workload), strings.Compare(a.Class, b.Class))
+	})
+	var b strings.Builder
+	b.WriteString("| backend | fault class | grants | double grants (unfenced) | stale admitted (fenced) | Done after successor: counted (exempt) | token regressions | recovery p50/max | acquire p50/p99 |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d (%d) | %d | %s / %s | %s / %s |\n",
+			r.Workload, r.Class, r.Grants, r.Double, r.Stale, r.DoneAfter, r.Exempt, r.Regressions,
 			ms(quantile(r.Recovery, 0.5)), ms(quantile(r.Recovery, 1)), ms(quantile(r.Acquire, 0.5)), ms(quantile(r.Acquire, 0.99)))
 	}
 	return b.String()
