@@ -256,8 +256,8 @@ func (q *Queue) abandon(ctx context.Context, s Session, t ticket, unknown bool) 
 }
 
 // abandonTxn is abandon's transaction: the guard, the deletes (and, after
-// an unknown outcome, the epoch's move), and what to read if the guard
-// fails.
+// an unknown outcome, the epoch's move), and what to do if the guard
+// fails (delete the side keys of an entry already gone; read the epoch).
 //
 // The guard voids every copy of the transaction but the first that etcd
 // applies. internal/retry sends it again when an attempt times out, and a
@@ -271,7 +271,16 @@ func (q *Queue) abandon(ctx context.Context, s Session, t ticket, unknown bool) 
 func (q *Queue) abandonTxn(t ticket, unknown bool) (clientv3.Cmp, []clientv3.Op, []clientv3.Op) {
 	ops := q.deletes(t.Key)
 	if !unknown {
-		return t.Owned(), ops, nil
+		// If the entry is gone already (deleted by hand, its lease
+		// revoked), its side keys, which have no lease, still go: each
+		// guarded by the revision the enqueue put it at.
+		var els []clientv3.Op
+		for _, k := range q.rule.sideKeys(q, t.Key) {
+			els = append(els, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", t.Rev)},
+				[]clientv3.Op{clientv3.OpDelete(k)}, nil))
+		}
+		return t.Owned(), ops, els
 	}
 	ek := q.epochKey(t.st)
 	epoch, _ := t.st.epoch(q.prefix)

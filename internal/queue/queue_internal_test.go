@@ -137,3 +137,22 @@ func TestLateAbandonCopyIsVoid(t *testing.T) {
 		})
 	}
 }
+
+// An abandon whose entry is gone already (deleted by hand, its lease
+// revoked) still deletes the entry's side keys, which have no lease: a
+// lock-delay shadow left behind would stand in the way of a later entry
+// under the same name.
+func TestAbandonGoneEntryDeletesSideKeys(t *testing.T) {
+	ctx, cli, s, _ := setup(t)
+	q := New(cli, "q", "delayed", ExclusiveDelay(time.Second))
+	a, _ := join(t, ctx, q, s, "a")
+	side := q.rule.sideKeys(q, a.Key)
+	require.Len(t, side, 1)
+	_, err := cli.Delete(ctx, a.Key) // the entry goes behind the attempt's back
+	require.NoError(t, err)
+
+	require.NoError(t, q.abandon(ctx, s, a, false))
+	resp, err := cli.Get(ctx, side[0])
+	require.NoError(t, err)
+	assert.Empty(t, resp.Kvs, "the lock-delay shadow was left behind")
+}

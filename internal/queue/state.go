@@ -287,11 +287,13 @@ func (st *state) check(ctx context.Context) {
 const maxStrayDeletes = 100
 
 // removeStrays deletes the keys among keys (the lease's) under names of
-// this session that no attempt holds. The free names among them are
-// reserved while the delete is in flight, so that no attempt takes one.
+// this session that no attempt holds. The free names among them are taken
+// out of use for good: the delete is unguarded and internal/retry may send
+// it twice, so a copy of it could land after the name went to a later
+// attempt and delete that attempt's entry (as a late copy of an abandon
+// did; see abandonTxn). Strays are rare, and a name is only a number.
 func (st *state) removeStrays(ctx context.Context, keys [][]byte) {
 	var ops []clientv3.Op
-	var reserved []uint64
 	st.mu.Lock()
 	for _, k := range keys {
 		slot, ok := st.slotOf(string(k))
@@ -306,7 +308,6 @@ func (st *state) removeStrays(ctx context.Context, keys [][]byte) {
 		}
 		if i := slices.Index(st.free, slot); i >= 0 {
 			st.free = slices.Delete(st.free, i, i+1)
-			reserved = append(reserved, slot)
 		}
 		ops = append(ops, clientv3.OpDelete(string(k)))
 	}
@@ -314,9 +315,6 @@ func (st *state) removeStrays(ctx context.Context, keys [][]byte) {
 	if len(ops) > 0 {
 		_, _ = st.kv.Txn(ctx).Then(ops...).Commit() // a failure: next time
 	}
-	st.mu.Lock()
-	st.free = append(st.free, reserved...)
-	st.mu.Unlock()
 }
 
 // slotOf parses the slot of an entry key of this session
