@@ -39,19 +39,25 @@ type Span struct {
 	How      string // End.How: "unlock" or "done"
 	Err      string // End.Err
 	Deadline int64  // End.Deadline: the session's local deadline, when the grant ended by it
+	LastOpen int64  // End.Open: when the holder last found Done open
 
 	// The Released event; zero when none.
 	Released   int64
 	ReleaseErr string
 
 	// EffectiveEnd is when the holder stopped acting: End, or the session's
-	// local deadline when that is earlier (Deadline > 0), or the run's end
-	// when there is no End; never before Grant.
+	// local deadline when that is earlier (Deadline > 0) but never before
+	// the holder last found Done open (LastOpen), or the run's end when
+	// there is no End; never before Grant.
 	//
 	// The deadline counts because Done closed at it: a holder starved of
 	// CPU notices Done late (End) but does nothing in between, since each
 	// of its rounds begins with a check of Done. The library promises to
 	// signal the end at the deadline, not at the moment its caller looks.
+	// LastOpen keeps the deadline honest: a library that closed Done later
+	// than the deadline it reports is seen by the holder finding Done open
+	// after that deadline (the stamp is taken before the check, so a
+	// starved holder's stamp is early, never late).
 	// (An op sent before the deadline may still reach the resource after
 	// it: stopping that is the fence's job, not the lock's.)
 	EffectiveEnd int64
@@ -107,7 +113,7 @@ func Spans(events []history.Event, runEnd int64) map[string][]Span {
 			granted[key{e.W, e.Workload, e.G}] = true
 		case history.End:
 			s := get(e)
-			s.End, s.How, s.Err, s.Deadline = e.T, e.How, e.Err, e.Deadline
+			s.End, s.How, s.Err, s.Deadline, s.LastOpen = e.T, e.How, e.Err, e.Deadline, e.Open
 		case history.Released:
 			s := get(e)
 			s.Released, s.ReleaseErr = e.T, e.Err
@@ -123,7 +129,9 @@ func Spans(events []history.Event, runEnd int64) map[string][]Span {
 		if s.End != 0 {
 			end = s.End
 			if s.Deadline > 0 {
-				end = min(end, s.Deadline)
+				// Done closed at the deadline, but not before the holder
+				// last found it open.
+				end = min(end, max(s.Deadline, s.LastOpen))
 			}
 		}
 		s.EffectiveEnd = max(end, s.Grant)

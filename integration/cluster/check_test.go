@@ -148,6 +148,20 @@ func TestCheckDoneAfterSuccessor(t *testing.T) {
 		assert.Equal(t, [][2]string{{"w1/mutex#1", "w2/mutex#1"}}, keys(got))
 		assert.Equal(t, 100*time.Millisecond, got[0].Overlap)
 	})
+	t.Run("DoneLaterThanItsDeadline", func(t *testing.T) {
+		// A library that reports a deadline of 450 but closes Done only
+		// at 880: the holder found Done open at 700, after its
+		// successor's grant at 500. Spans keeps the end at 700.
+		spans := Spans([]history.Event{
+			{W: 1, Workload: "mutex", G: 1, Kind: history.Grant, T: at(0), Tok: 2, Mode: "x"},
+			{W: 1, Workload: "mutex", G: 1, Kind: history.End, T: at(900), How: "done", Deadline: at(450), Open: at(700)},
+			{W: 2, Workload: "mutex", G: 1, Kind: history.Grant, T: at(500), Tok: 3, Mode: "x"},
+			{W: 2, Workload: "mutex", G: 1, Kind: history.End, T: at(600), How: "unlock"},
+		}, at(1000))["mutex"]
+		got := DoneAfterSuccessor("mutex", spans, 2)
+		assert.Equal(t, [][2]string{{"w1/mutex#1", "w2/mutex#1"}}, keys(got))
+		assert.Equal(t, 100*time.Millisecond, got[0].Overlap)
+	})
 	t.Run("OpenSpan", func(t *testing.T) {
 		// A holder with no End (killed, say) is taken to act until the
 		// run's end: its successor is reported, for the caller to excuse.

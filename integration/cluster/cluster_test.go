@@ -69,11 +69,23 @@ func artifacts(t *testing.T) string {
 	return dir
 }
 
+// beforeTimeout bounds ctx to end two minutes before go test's -timeout:
+// a test that times out panics, and no cleanup runs (namespaces, mounts
+// and processes would stay); a run whose context ends stops and cleans up.
+func beforeTimeout(t *testing.T, ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := t.Deadline(); ok {
+		return context.WithDeadline(ctx, dl.Add(-2*time.Minute))
+	}
+	return context.WithCancel(ctx)
+}
+
 // runCluster runs cfg under t, logging progress, and returns the report.
 func runCluster(t *testing.T, ctx context.Context, cfg Config) *Report {
 	t.Helper()
 	cfg.EtcdBin = etcdtest.Binary(t)
 	cfg.Dir = artifacts(t)
+	ctx, cancel := beforeTimeout(t, ctx)
+	defer cancel()
 	rep, err := Run(ctx, cfg, func(format string, args ...any) {
 		t.Logf("%s "+format, append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 	})

@@ -211,6 +211,10 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 // slot mod 3), with clock rate rate (0: none).
 func (h *Harness) StartWorker(wl string, slot int, rate float64) (*Worker, error) {
 	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, errors.New("cluster: harness closed")
+	}
 	id := h.nextID
 	h.nextID++
 	h.mu.Unlock()

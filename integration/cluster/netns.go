@@ -23,10 +23,10 @@ import (
 // are never touched.
 //
 // Each Net has its own /24 in 10.0.0.0/8, derived from the process ID and
-// a counter, and names its namespaces "dlock-<pid>-<n>-<host>", so that
+// a counter (64 Nets a process before names repeat), and names its namespaces "dlock-<pid>-<n>-<host>", so that
 // Sweep can remove what a killed run left behind.
 type Net struct {
-	key    int    // pid*4 + n: names and subnet
+	key    int    // pid*64 + n: names and subnet
 	prefix string // "dlock-<pid>-<n>-"
 	hub    string // the hub namespace
 	admin  string // the admin veth's root end
@@ -55,8 +55,8 @@ func NewNet() (*Net, error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, errors.New("cluster: ip (iproute2) not found")
 	}
-	n := int(nets.Add(1)-1) % 4
-	key := os.Getpid()*4 + n
+	n := int(nets.Add(1)-1) % 64
+	key := os.Getpid()*64 + n
 	nt := &Net{
 		key:    key,
 		prefix: fmt.Sprintf("dlock-%d-%d-", os.Getpid(), n),
@@ -202,7 +202,7 @@ func Sweep() []string {
 	for _, l := range links {
 		name := filepath.Base(l)
 		key, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, "d"), "a"), 16, 64)
-		if err == nil && !alive(int(key/4)) {
+		if err == nil && !alive(int(key/64)) {
 			if run([]string{"link", "del", name}) == nil {
 				gone = append(gone, name)
 			}

@@ -31,7 +31,7 @@ func TestPlanted(t *testing.T) {
 		// Done closing after the server's expiry: only a holder cut off
 		// while it holds shows it, so holders hold until Done.
 		name:   "late-done",
-		cfg:    Config{Plant: "late-done", Faults: 2, Classes: []string{"partition-holder"}, Workloads: []string{"mutex"}, Hold: time.Hour},
+		cfg:    Config{Plant: "late-done", Faults: 3, Classes: []string{"partition-holder"}, Workloads: []string{"mutex"}, Hold: time.Hour},
 		expect: "Done after a successor's grant",
 	}, {
 		// A release that does not check what it deletes: a permit holder's

@@ -38,7 +38,8 @@ const (
 	// saw Done closed (How "done", Err the grant's Err). Deadline is the
 	// session's local deadline at that moment when the grant ended because
 	// that deadline passed (0 otherwise): Done closed then, even if the
-	// worker (starved of CPU) noticed later.
+	// worker (starved of CPU) noticed later. Open is the last time the
+	// holder found Done still open: Done cannot have closed before it.
 	End = "end"
 	// Released: Unlock returned (Err its error, if any). T is when.
 	Released = "released"
@@ -72,6 +73,7 @@ type Event struct {
 	// End fields.
 	How      string `json:"how,omitempty"`
 	Deadline int64  `json:"dl,omitempty"`
+	Open     int64  `json:"open,omitempty"` // when the holder last found Done open (stamped before that check)
 }
 
 // Resource record kinds.

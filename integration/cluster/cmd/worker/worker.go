@@ -33,6 +33,7 @@ type worker struct {
 	g      int    // the last grant number used
 	grants int    // grants so far
 	first  uint64 // the first grant's token (plant first-token)
+	open   int64  // when the current grant's Done was last seen open (stamped before the check)
 }
 
 // grant is what the worker uses of a lock.Held or an *election.Term.
@@ -272,7 +273,16 @@ func (w *worker) use(stop context.Context, g int, h grant, mode string, granted 
 		elapsed = t.C
 	}
 	u := use{w: w, g: g, tok: tok, mode: mode, done: h.Done()}
-	for !isClosed(u.done) && stop.Err() == nil && (hold < 0 || time.Now().Before(end)) {
+	w.open = 0
+	for {
+		checked := history.Now() // before the check: Done was open at least until then
+		if isClosed(u.done) {
+			break
+		}
+		w.open = checked
+		if stop.Err() != nil || hold >= 0 && !time.Now().Before(end) {
+			break
+		}
 		u.round()
 		between := time.NewTimer(w.between(10*time.Millisecond, 40*time.Millisecond))
 		select {
@@ -293,7 +303,7 @@ func (w *worker) use(stop context.Context, g int, h grant, mode string, granted 
 // How "unlock", then the phase line "release" (the end first: a worker
 // paused at "release" has stopped acting).
 func (w *worker) releasing(g int) {
-	w.emit(history.Event{G: g, Kind: history.End, T: history.Now(), How: "unlock"})
+	w.emit(history.Event{G: g, Kind: history.End, T: history.Now(), How: "unlock", Open: w.open})
 	w.phase("release", g)
 }
 
@@ -304,7 +314,7 @@ func (w *worker) lost(g int, h grant, noticed, deadline int64, reported bool) {
 	if !reported {
 		log.Printf("g%d: lost with its session, but the session-end hook reported no end", g)
 	}
-	w.emit(history.Event{G: g, Kind: history.End, T: noticed, How: "done", Err: errString(err), Deadline: deadline})
+	w.emit(history.Event{G: g, Kind: history.End, T: noticed, How: "done", Err: errString(err), Deadline: deadline, Open: w.open})
 	log.Printf("g%d: lost: %v", g, err)
 }
 
