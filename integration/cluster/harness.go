@@ -142,28 +142,15 @@ func (w *Worker) line(s string) {
 // what it had started.
 func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	cfg.defaults()
-	b, err := build(cfg.EtcdBin)
-	if err != nil {
+	if h, err = newHarness(cfg, cfg.EtcdBin); err != nil {
 		return nil, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "dlock-cluster-"); err != nil {
-			return nil, err
-		}
-	}
-	h = &Harness{Cfg: cfg, Dir: dir, bins: b}
-	register(h)
 	defer func() {
 		if err != nil {
 			h.Close()
 			h = nil
 		}
 	}()
-	Sweep()
-	if h.Net, err = NewNet(); err != nil {
-		return h, err
-	}
 	var hosts []*Host
 	for i := range 3 {
 		mh, err := h.Net.AddHost(fmt.Sprintf("m%d", i))
@@ -172,30 +159,17 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 		}
 		hosts = append(hosts, mh)
 	}
-	if h.ResHost, err = h.Net.AddHost("res"); err != nil {
-		return h, err
-	}
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if b.etcd == "" {
+	if h.bins.etcd == "" {
 		return h, errors.New("cluster: no etcd binary (Config.EtcdBin or DLOCK_ETCD)")
 	}
-	h.Etcd, err = StartEtcd(sctx, EtcdConfig{Bin: b.etcd, Hosts: hosts, Dir: filepath.Join(dir, "etcd"), Lossy: cfg.Lossy, Omit: cfg.EtcdOmit})
+	h.Etcd, err = StartEtcd(sctx, EtcdConfig{Bin: h.bins.etcd, Hosts: hosts, Dir: filepath.Join(h.Dir, "etcd"), Lossy: cfg.Lossy, Omit: cfg.EtcdOmit})
 	if err != nil {
 		return h, fmt.Errorf("etcd: %w", err)
 	}
-	addr := h.ResHost.IP + ":8080"
-	h.resURL = "http://" + addr
-	args := []string{b.resource, "-listen", addr, "-log", filepath.Join(dir, "resource.jsonl"),
-		"-cap", fmt.Sprintf("dlock-semaphore=%d", cfg.Permits)}
-	if cfg.ResourcePlant != "" {
-		args = append(args, "-plant", cfg.ResourcePlant)
-	}
-	if h.Resource, err = StartProc(h.ResHost, "resource", filepath.Join(dir, "logs", "resource.log"), nil, nil, args...); err != nil {
+	if err := h.startResource(sctx, "-cap", fmt.Sprintf("dlock-semaphore=%d", cfg.Permits)); err != nil {
 		return h, err
-	}
-	if err := waitHTTP(sctx, h.resURL+"/healthz"); err != nil {
-		return h, fmt.Errorf("resource: %w", err)
 	}
 	for _, wl := range cfg.Workloads {
 		for slot := range cfg.PerWorkload {
@@ -207,9 +181,63 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	return h, nil
 }
 
+// newHarness builds the programs, makes the run's directory and network,
+// and registers the harness for CloseAll. On error it has closed what it
+// made.
+func newHarness(cfg Config, etcd string) (*Harness, error) {
+	b, err := build(etcd)
+	if err != nil {
+		return nil, err
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "dlock-cluster-"); err != nil {
+			return nil, err
+		}
+	}
+	h := &Harness{Cfg: cfg, Dir: dir, bins: b}
+	register(h)
+	Sweep()
+	if h.Net, err = NewNet(); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// startResource starts the resource in its own namespace, with extra
+// flags, and waits until it answers.
+func (h *Harness) startResource(ctx context.Context, extra ...string) error {
+	var err error
+	if h.ResHost, err = h.Net.AddHost("res"); err != nil {
+		return err
+	}
+	addr := h.ResHost.IP + ":8080"
+	h.resURL = "http://" + addr
+	args := append([]string{h.bins.resource, "-listen", addr, "-log", filepath.Join(h.Dir, "resource.jsonl")}, extra...)
+	if h.Cfg.ResourcePlant != "" {
+		args = append(args, "-plant", h.Cfg.ResourcePlant)
+	}
+	if h.Resource, err = StartProc(h.ResHost, "resource", filepath.Join(h.Dir, "logs", "resource.log"), nil, nil, args...); err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, h.resURL+"/healthz"); err != nil {
+		return fmt.Errorf("resource: %w", err)
+	}
+	return nil
+}
+
 // StartWorker starts a worker of workload wl in slot (pinned to member
 // slot mod 3), with clock rate rate (0: none).
 func (h *Harness) StartWorker(wl string, slot int, rate float64) (*Worker, error) {
+	m := h.Etcd.Members[slot%len(h.Etcd.Members)]
+	return h.launch(wl, slot, rate, m, m.Host, "-endpoints", m.Endpoint())
+}
+
+// launch starts a worker process of workload wl on host, with the flags
+// every backend takes and extra (where its lock service is), and
+// registers it.
+func (h *Harness) launch(wl string, slot int, rate float64, m *Member, host *Host, extra ...string) (*Worker, error) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -218,15 +246,14 @@ func (h *Harness) StartWorker(wl string, slot int, rate float64) (*Worker, error
 	id := h.nextID
 	h.nextID++
 	h.mu.Unlock()
-	m := h.Etcd.Members[slot%len(h.Etcd.Members)]
 	w := &Worker{ID: id, Workload: wl, Slot: slot, Member: m, Rate: rate, ch: make(chan struct{})}
-	args := []string{h.bins.worker,
-		"-id", strconv.Itoa(id), "-workload", wl, "-endpoints", m.Endpoint(),
+	args := append([]string{h.bins.worker,
+		"-id", strconv.Itoa(id), "-workload", wl,
 		"-ttl", h.Cfg.TTL.String(), "-resource", h.resURL,
 		"-history", filepath.Join(h.Dir, "history", fmt.Sprintf("w%d.jsonl", id)),
 		"-seed", strconv.FormatInt(h.Cfg.Seed*1000+int64(id), 10),
 		"-permits", strconv.Itoa(h.Cfg.Permits), "-hold", h.Cfg.Hold.String(), "-rounds", strconv.Itoa(h.Cfg.Rounds),
-	}
+	}, extra...)
 	if h.Cfg.WorkerPlant != "" {
 		args = append(args, "-plant", h.Cfg.WorkerPlant)
 	}
@@ -237,7 +264,7 @@ func (h *Harness) StartWorker(wl string, slot int, rate float64) (*Worker, error
 	if rate != 0 {
 		env = append(env, "DLOCK_CLOCK_RATE="+strconv.FormatFloat(rate, 'f', -1, 64))
 	}
-	p, err := StartProc(m.Host, fmt.Sprintf("w%d", id), filepath.Join(h.Dir, "logs", fmt.Sprintf("w%d.log", id)), env, w.line, args...)
+	p, err := StartProc(host, fmt.Sprintf("w%d", id), filepath.Join(h.Dir, "logs", fmt.Sprintf("w%d.log", id)), env, w.line, args...)
 	if err != nil {
 		return nil, err
 	}

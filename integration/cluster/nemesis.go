@@ -84,8 +84,14 @@ func (n *nemesis) inject(ctx context.Context, f *Fault) {
 	default:
 		d = n.duration(1, 3)
 	}
+	n.hold(ctx, f, d, func() (func() error, error) { return n.begin(ctx, f, pick) })
+}
+
+// hold begins fault f, keeps it for d and heals it, recording when and
+// what failed.
+func (n *nemesis) hold(ctx context.Context, f *Fault, d time.Duration, begin func() (heal func() error, err error)) {
 	f.Start = time.Now().UnixNano()
-	heal, err := n.begin(ctx, f, pick)
+	heal, err := begin()
 	if err != nil {
 		f.Err = err.Error()
 	}

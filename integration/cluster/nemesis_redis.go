@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -75,20 +74,7 @@ func (n *redisNemesis) inject(ctx context.Context, f *Fault) {
 	}
 	turn := n.turns[f.Class]
 	n.turns[f.Class]++
-	f.Start = time.Now().UnixNano()
-	heal, err := n.begin(ctx, f, pick, turn)
-	if err != nil {
-		f.Err = err.Error()
-	}
-	n.log("fault %d %s begins: %s %s (for %v)", f.N, f.Class, strings.Join(f.Targets, ","), f.Note, d.Round(time.Millisecond))
-	sleep(ctx, d)
-	if heal != nil {
-		if err := heal(); err != nil {
-			f.Err = strings.TrimPrefix(f.Err+"; heal: "+err.Error(), "; ")
-		}
-	}
-	f.Heal = time.Now().UnixNano()
-	n.log("fault %d %s healed%s", f.N, f.Class, errSuffix(f.Err))
+	n.hold(ctx, f, d, func() (func() error, error) { return n.begin(ctx, f, pick, turn) })
 }
 
 // begin starts the fault and returns how to heal it. turn counts the

@@ -206,19 +206,11 @@ func StartRedis(ctx context.Context, cfg Config) (rh *RedisHarness, err error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, errors.New("cluster: redis-server not found (apt-get install redis-server redis-sentinel)")
 	}
-	// A Redis run starts no etcd: build wants a name, not a binary.
-	b, err := build("")
+	h, err := newHarness(cfg, "")
 	if err != nil {
 		return nil, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "dlock-cluster-redis-"); err != nil {
-			return nil, err
-		}
-	}
-	h := &Harness{Cfg: cfg, Dir: dir, bins: b}
-	register(h)
+	dir := h.Dir
 	rh = &RedisHarness{Harness: h}
 	defer func() {
 		if err != nil {
@@ -230,10 +222,6 @@ func StartRedis(ctx context.Context, cfg Config) (rh *RedisHarness, err error) {
 		if rh.shim, err = BuildFastClock(dir); err != nil {
 			return rh, err
 		}
-	}
-	Sweep()
-	if h.Net, err = NewNet(); err != nil {
-		return rh, err
 	}
 	node := func(name string, port int) (*RedisNode, error) {
 		host, err := h.Net.AddHost(name)
@@ -271,25 +259,13 @@ func StartRedis(ctx context.Context, cfg Config) (rh *RedisHarness, err error) {
 		n.args = serverArgs(n)
 		rh.Redlock = append(rh.Redlock, n)
 	}
-	if h.ResHost, err = h.Net.AddHost("res"); err != nil {
-		return rh, err
-	}
 	if rh.Clients, err = h.Net.AddHost("cli"); err != nil {
 		return rh, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	addr := h.ResHost.IP + ":8080"
-	h.resURL = "http://" + addr
-	args := []string{b.resource, "-listen", addr, "-log", filepath.Join(dir, "resource.jsonl")}
-	if cfg.ResourcePlant != "" {
-		args = append(args, "-plant", cfg.ResourcePlant)
-	}
-	if h.Resource, err = StartProc(h.ResHost, "resource", filepath.Join(dir, "logs", "resource.log"), nil, nil, args...); err != nil {
+	if err := h.startResource(sctx); err != nil {
 		return rh, err
-	}
-	if err := waitHTTP(sctx, h.resURL+"/healthz"); err != nil {
-		return rh, fmt.Errorf("resource: %w", err)
 	}
 	rm, rr := rh.Data[0], rh.Data[1]
 	if err := rm.start(sctx, nil, "", 0); err != nil {
@@ -346,42 +322,13 @@ sentinel parallel-syncs %[4]s 1
 // StartWorker starts a worker of workload wl ("redis" or "redlock") in
 // slot, on the clients' host.
 func (rh *RedisHarness) StartWorker(wl string, slot int) (*Worker, error) {
-	h := rh.Harness
-	h.mu.Lock()
-	id := h.nextID
-	h.nextID++
-	h.mu.Unlock()
-	w := &Worker{ID: id, Workload: wl, Slot: slot, ch: make(chan struct{})}
-	args := []string{h.bins.worker,
-		"-id", strconv.Itoa(id), "-workload", wl, "-ttl", h.Cfg.TTL.String(), "-resource", h.resURL,
-		"-history", filepath.Join(h.Dir, "history", fmt.Sprintf("w%d.jsonl", id)),
-		"-seed", strconv.FormatInt(h.Cfg.Seed*1000+int64(id), 10),
-		"-hold", h.Cfg.Hold.String(), "-rounds", strconv.Itoa(h.Cfg.Rounds),
-	}
 	switch wl {
 	case "redis":
-		args = append(args, "-sentinels", addrs(rh.Sentinels), "-redis-master-name", redisMasterName)
+		return rh.launch(wl, slot, 0, nil, rh.Clients, "-sentinels", addrs(rh.Sentinels), "-redis-master-name", redisMasterName)
 	case "redlock":
-		args = append(args, "-redlock", addrs(rh.Redlock))
-	default:
-		return nil, fmt.Errorf("workload %q is not a Redis workload (want redis or redlock)", wl)
+		return rh.launch(wl, slot, 0, nil, rh.Clients, "-redlock", addrs(rh.Redlock))
 	}
-	if h.Cfg.WorkerPlant != "" {
-		args = append(args, "-plant", h.Cfg.WorkerPlant)
-	}
-	var env []string
-	if h.Cfg.Plant != "" {
-		env = append(env, "DLOCK_PLANT="+h.Cfg.Plant)
-	}
-	p, err := StartProc(rh.Clients, fmt.Sprintf("w%d", id), filepath.Join(h.Dir, "logs", fmt.Sprintf("w%d.log", id)), env, w.line, args...)
-	if err != nil {
-		return nil, err
-	}
-	w.Proc = p
-	h.mu.Lock()
-	h.workers = append(h.workers, w)
-	h.mu.Unlock()
-	return w, nil
+	return nil, fmt.Errorf("workload %q is not a Redis workload (want redis or redlock)", wl)
 }
 
 func addrs(ns []*RedisNode) string {
