@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +30,7 @@ type Net struct {
 	hub    string // the hub namespace
 	admin  string // the admin veth's root end
 	subnet string // "10.b.c."
+	routed bool   // the unreachable route is ours to delete
 
 	mu    sync.Mutex
 	hosts []*Host
@@ -55,17 +55,40 @@ func NewNet() (*Net, error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, errors.New("cluster: ip (iproute2) not found")
 	}
-	n := int(nets.Add(1)-1) % 64
-	key := os.Getpid()*64 + n
+	// A subnet another run routes (its key collided with ours, mod the
+	// subnets there are) is skipped: two routes to one subnet would mix
+	// the runs up.
+	for range 64 {
+		n := int(nets.Add(1)-1) % 64
+		key := os.Getpid()*64 + n
+		if out, err := exec.Command("ip", "route", "show", subnetOf(key)+"0/24").Output(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+			continue
+		}
+		return newNet(key, n)
+	}
+	return nil, errors.New("cluster: no free subnet")
+}
+
+func newNet(key, n int) (*Net, error) {
 	nt := &Net{
 		key:    key,
 		prefix: fmt.Sprintf("dlock-%d-%d-", os.Getpid(), n),
 		admin:  fmt.Sprintf("d%xa", key),
-		subnet: fmt.Sprintf("10.%d.%d.", 100+(key>>8)%150, key&0xff),
+		subnet: subnetOf(key),
 		rules:  make(map[*Host]bool),
 	}
 	nt.hub = nt.prefix + "hub"
 	err := run(
+		// If the admin link ever went (and with it the route through
+		// it), traffic to the subnet must fail here, not leave by the
+		// default route: an unreachable route under it, marked ours.
+		[]string{"route", "add", "unreachable", nt.subnet + "0/24", "metric", "1000", "proto", routeProto},
+	)
+	if err != nil {
+		return nil, err
+	}
+	nt.routed = true
+	err = run(
 		[]string{"netns", "add", nt.hub},
 		[]string{"-n", nt.hub, "link", "set", "lo", "up"},
 		[]string{"-n", nt.hub, "link", "add", "br0", "type", "bridge"},
@@ -178,51 +201,72 @@ func (nt *Net) Close() error {
 	}
 	_ = run([]string{"link", "del", nt.admin}) // gone with the hub, usually
 	errs = append(errs, run([]string{"netns", "del", nt.hub}))
+	if nt.routed {
+		errs = append(errs, run([]string{"route", "del", "unreachable", nt.subnet + "0/24", "metric", "1000", "proto", routeProto}))
+	}
 	return errors.Join(errs...)
 }
+
+// routeProto marks the unreachable routes the harness adds (a routing
+// protocol number of its own, among those free for local use).
+const routeProto = "201"
 
 // Subnet returns the Net's address prefix ("10.b.c.").
 func (nt *Net) Subnet() string { return nt.subnet }
 
-// Sweep removes the namespaces and admin links of runs whose process is
-// gone (a test binary killed before its cleanup ran), and returns what it
-// removed.
+// Sweep removes what runs whose process is gone left behind (a test binary
+// killed before its cleanup ran): their namespaces (the veth pairs, the
+// admin links and the bridges go with them) and their unreachable routes.
+// It returns what it removed. It never touches a live run's: a name's PID
+// is alive, a route's subnet is a live hub's.
 func Sweep() []string {
 	var gone []string
+	live := map[string]bool{}
 	ents, _ := os.ReadDir("/run/netns")
 	for _, e := range ents {
-		pid, ok := runPID(e.Name())
-		if ok && !alive(pid) {
-			if run([]string{"netns", "del", e.Name()}) == nil {
-				gone = append(gone, e.Name())
+		pid, n, ok := runPID(e.Name())
+		if !ok {
+			continue
+		}
+		if alive(pid) {
+			if strings.HasSuffix(e.Name(), "-hub") {
+				live[subnetOf(pid*64+n)+"0/24"] = true
 			}
+			continue
+		}
+		if run([]string{"netns", "del", e.Name()}) == nil {
+			gone = append(gone, e.Name())
 		}
 	}
-	links, _ := filepath.Glob("/sys/class/net/d*a")
-	for _, l := range links {
-		name := filepath.Base(l)
-		key, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, "d"), "a"), 16, 64)
-		if err == nil && !alive(int(key/64)) {
-			if run([]string{"link", "del", name}) == nil {
-				gone = append(gone, name)
-			}
+	out, _ := exec.Command("ip", "route", "show", "type", "unreachable", "proto", routeProto).Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || live[f[1]] {
+			continue
+		}
+		if run([]string{"route", "del", "unreachable", f[1], "metric", "1000", "proto", routeProto}) == nil {
+			gone = append(gone, "route "+f[1])
 		}
 	}
 	return gone
 }
 
+// subnetOf is a Net's address prefix for its key.
+func subnetOf(key int) string { return fmt.Sprintf("10.%d.%d.", 100+(key>>8)%150, key&0xff) }
+
 // runPID parses "dlock-<pid>-<n>-<host>".
-func runPID(ns string) (int, bool) {
+func runPID(ns string) (pid, n int, ok bool) {
 	rest, ok := strings.CutPrefix(ns, "dlock-")
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
-	p, _, ok := strings.Cut(rest, "-")
-	if !ok {
-		return 0, false
+	f := strings.SplitN(rest, "-", 3)
+	if len(f) != 3 {
+		return 0, 0, false
 	}
-	pid, err := strconv.Atoi(p)
-	return pid, err == nil
+	pid, err1 := strconv.Atoi(f[0])
+	n, err2 := strconv.Atoi(f[1])
+	return pid, n, err1 == nil && err2 == nil
 }
 
 func alive(pid int) bool {

@@ -19,7 +19,8 @@ func dial(t *testing.T, h *Host, addr string) bool {
 
 // TestNet checks the network the faults rely on: hosts reach each other
 // and the test process reaches them; Drop cuts two hosts apart both ways,
-// DropOneWay one way, Heal restores them; Close leaves no namespace.
+// DropOneWay one way, Heal restores them; without the admin link nothing
+// is sent to the subnet; Close leaves no namespace and no route.
 func TestNet(t *testing.T) {
 	need(t)
 	if _, err := exec.LookPath("python3"); err != nil {
@@ -85,11 +86,22 @@ func TestNet(t *testing.T) {
 	if err := nt.Heal(); err != nil {
 		t.Fatal(err)
 	}
+	// Without the admin link, traffic to the subnet must stop here, not
+	// leave by the default route.
+	if err := run([]string{"link", "del", nt.admin}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("ip", "route", "get", a.IP).CombinedOutput(); err == nil {
+		t.Fatalf("without its admin link the subnet is still routed: %s", out)
+	}
 	srv.Kill()
 	if err := nt.Close(); err != nil {
 		t.Fatal(err)
 	}
 	closed = true
+	if out, _ := exec.Command("ip", "route", "show", nt.subnet+"0/24").Output(); len(out) > 0 {
+		t.Errorf("route left after Close: %s", out)
+	}
 	ents, _ := os.ReadDir("/run/netns")
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), nt.prefix) {
