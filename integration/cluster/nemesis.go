@@ -286,6 +286,13 @@ func (n *nemesis) restart(w *Worker, rate float64) (*Worker, error) {
 // nil if none does.
 func (n *nemesis) awaitPhase(ctx context.Context, phase string, pick int, wait time.Duration, only func(*Worker) bool) *Worker {
 	ws := slices.DeleteFunc(n.h.Workers(), func(w *Worker) bool { return only != nil && !only(w) })
+	return awaitWorker(ctx, ws, pick, wait, func(w *Worker, p string, _ int) bool { return p == phase })
+}
+
+// awaitWorker returns the first of ws, searched from the pick-th, that is
+// alive and whose phase (and grant number) match, waiting for phase
+// changes up to wait; nil if none matches by then.
+func awaitWorker(ctx context.Context, ws []*Worker, pick int, wait time.Duration, match func(w *Worker, phase string, g int) bool) *Worker {
 	if len(ws) == 0 {
 		return nil
 	}
@@ -295,7 +302,7 @@ func (n *nemesis) awaitPhase(ctx context.Context, phase string, pick int, wait t
 		for i := range ws {
 			w := ws[(pick+i)%len(ws)]
 			ch := w.changed()
-			if p, _ := w.Phase(); p == phase {
+			if p, g := w.Phase(); match(w, p, g) {
 				select {
 				case <-w.Proc.Done():
 				default:

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -266,35 +267,10 @@ func grantsNow(ws []*Worker) map[int]int {
 // ID], within wait, starting the search at its pick-th worker; nil if
 // none does. A nil since accepts any grant.
 func (n *redisNemesis) awaitPhase(ctx context.Context, wl, phase string, since map[int]int, pick int, wait time.Duration) *Worker {
-	var ws []*Worker
-	for _, w := range n.h.Workers() {
-		if w.Workload == wl {
-			ws = append(ws, w)
-		}
-	}
-	if len(ws) == 0 {
-		return nil
-	}
-	deadline := time.After(wait)
-	for {
-		chs := make([]<-chan struct{}, 0, len(ws))
-		for i := range ws {
-			w := ws[(pick+i)%len(ws)]
-			ch := w.changed()
-			p, g := w.Phase()
-			if (p == phase || phase == "use" && holding(p)) && g > since[w.ID] {
-				select {
-				case <-w.Proc.Done():
-				default:
-					return w
-				}
-			}
-			chs = append(chs, ch)
-		}
-		if !waitAny(ctx, deadline, chs) {
-			return nil
-		}
-	}
+	ws := slices.DeleteFunc(n.h.Workers(), func(w *Worker) bool { return w.Workload != wl })
+	return awaitWorker(ctx, ws, pick, wait, func(w *Worker, p string, g int) bool {
+		return (p == phase || phase == "use" && holding(p)) && g > since[w.ID]
+	})
 }
 
 // holding tells whether a worker in phase holds its grant: it uses it

@@ -201,9 +201,20 @@ func (r *resource) admits(tok, mark uint64) bool {
 	return r.admitLower || (tok != 0 && tok >= mark)
 }
 
-func (r *resource) fencedRead(w http.ResponseWriter, req *http.Request) {
+func (r *resource) fencedRead(w http.ResponseWriter, req *http.Request) { r.serveFenced(w, req, false) }
+
+func (r *resource) fencedWrite(w http.ResponseWriter, req *http.Request) { r.serveFenced(w, req, true) }
+
+// serveFenced serves the fenced register: a token below its mark is refused
+// (409); else a read replies the value, a write sets mark and value,
+// records the write and replies the value.
+func (r *resource) serveFenced(w http.ResponseWriter, req *http.Request, write bool) {
 	q := query{req: req}
 	name, tok := q.str("lock"), q.uint("tok")
+	var v int64
+	if write {
+		v = q.int("v")
+	}
 	if q.bad(w) {
 		return
 	}
@@ -213,30 +224,16 @@ func (r *resource) fencedRead(w http.ResponseWriter, req *http.Request) {
 	if !r.admits(tok, reg.mark) {
 		http.Error(w, fmt.Sprintf("stale token %d < %d", tok, reg.mark), http.StatusConflict)
 		return
+	}
+	if write {
+		reg.mark = max(reg.mark, tok)
+		reg.value = v
+		if err := r.record(history.Record{Kind: history.Write, Lock: name, T: history.Now(), Tok: tok, Value: v}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 	}
 	fmt.Fprint(w, reg.value)
-}
-
-func (r *resource) fencedWrite(w http.ResponseWriter, req *http.Request) {
-	q := query{req: req}
-	name, tok, v := q.str("lock"), q.uint("tok"), q.int("v")
-	if q.bad(w) {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	reg := r.fencedReg(name)
-	if !r.admits(tok, reg.mark) {
-		http.Error(w, fmt.Sprintf("stale token %d < %d", tok, reg.mark), http.StatusConflict)
-		return
-	}
-	reg.mark = max(reg.mark, tok)
-	reg.value = v
-	if err := r.record(history.Record{Kind: history.Write, Lock: name, T: history.Now(), Tok: tok, Value: v}); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	fmt.Fprint(w, v)
 }
 
 func (r *resource) enter(w http.ResponseWriter, req *http.Request) {

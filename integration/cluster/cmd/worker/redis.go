@@ -126,21 +126,7 @@ func runRedis(c config) (err error) {
 // openRedis opens the client, retrying every 200ms until stop ends (then
 // it returns nil, nil): Open fails while the servers do not answer.
 func openRedis(stop context.Context, cfg dlock.Config) (*dlock.Client, error) {
-	for {
-		cli, err := dlock.Open(stop, cfg)
-		switch {
-		case err == nil:
-			return cli, nil
-		case errors.Is(err, dlock.ErrInvalidConfig):
-			return nil, err
-		case stop.Err() != nil:
-			return nil, nil
-		}
-		log.Printf("open: %v", err)
-		if !sleep(stop, 200*time.Millisecond) {
-			return nil, nil
-		}
-	}
+	return retryOpen(stop, "client", func() (*dlock.Client, error) { return dlock.Open(stop, cfg) }, dlock.ErrInvalidConfig)
 }
 
 // runRedis is the loop of the Redis workloads: acquire (bounded by

@@ -210,22 +210,35 @@ func (w *worker) locker(s *session.Session) (func(mode string) func(context.Cont
 // openSession opens a session, retrying every 200ms until stop ends (then
 // it returns nil, nil).
 func (w *worker) openSession(stop context.Context) (*session.Session, error) {
-	for {
+	s, err := retryOpen(stop, "session", func() (*session.Session, error) {
 		ctx, cancel := context.WithTimeout(stop, 2*w.cfg.ttl)
-		s, err := session.New(ctx, w.cli, session.WithTTL(w.cfg.ttl))
-		cancel()
+		defer cancel()
+		return session.New(ctx, w.cli, session.WithTTL(w.cfg.ttl))
+	}, session.ErrInvalidOption)
+	if s != nil {
+		log.Printf("session %x opened", int64(s.Lease()))
+	}
+	return s, err
+}
+
+// retryOpen calls open every 200ms until it succeeds, fails with an error
+// matching fatal (no retry can help), or stop ends (then it returns the
+// zero T and nil).
+func retryOpen[T any](stop context.Context, what string, open func() (T, error), fatal error) (T, error) {
+	var zero T
+	for {
+		v, err := open()
 		switch {
 		case err == nil:
-			log.Printf("session %x opened", int64(s.Lease()))
-			return s, nil
-		case errors.Is(err, session.ErrInvalidOption):
-			return nil, err
+			return v, nil
+		case errors.Is(err, fatal):
+			return zero, err
 		case stop.Err() != nil:
-			return nil, nil
+			return zero, nil
 		}
-		log.Printf("open session: %v", err)
+		log.Printf("open %s: %v", what, err)
 		if !sleep(stop, 200*time.Millisecond) {
-			return nil, nil
+			return zero, nil
 		}
 	}
 }
