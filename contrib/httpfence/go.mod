@@ -2,11 +2,9 @@ module github.com/dlock-go/dlock/contrib/httpfence
 
 go 1.26.8
 
-require github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock v0.1.0
 
 require (
-	github.com/dlock-go/dlock/contrib/redisfence v0.0.0-00010101000000-000000000000
-	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )
@@ -19,11 +17,5 @@ require (
 	go.opentelemetry.io/otel v1.45.0 // indirect
 	go.opentelemetry.io/otel/metric v1.45.0 // indirect
 	go.opentelemetry.io/otel/trace v1.45.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 )
-
-replace github.com/dlock-go/dlock => ../..
-
-replace github.com/dlock-go/dlock/contrib/redisfence => ../redisfence

@@ -2,6 +2,7 @@ package httpfence_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,13 +11,11 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/contrib/httpfence"
-	"github.com/dlock-go/dlock/contrib/redisfence"
 	"github.com/dlock-go/dlock/fence"
 )
 
@@ -163,11 +162,9 @@ func TestMissingHeaderGets428(t *testing.T) {
 }
 
 func TestGuardFailureGets503WithoutDetails(t *testing.T) {
-	// A real guard whose backend is unreachable (nothing listens on port 1).
-	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
-	t.Cleanup(func() { _ = client.Close() })
-	g, err := redisfence.New(client)
-	require.NoError(t, err)
+	// A guard whose backend is unreachable, failing as redisfence does
+	// when nothing listens on its address.
+	g := failingGuard{errors.New("redisfence: admit: dial tcp 127.0.0.1:1: connect: connection refused")}
 	f := newFixture(t, g)
 
 	tok := fence.Token{Name: "orders", Seq: 1}
@@ -244,3 +241,9 @@ type closeRecorder struct {
 }
 
 func (c *closeRecorder) Close() error { c.closed.Store(true); return nil }
+
+// failingGuard is a guard whose every check fails with err, as one whose
+// backend cannot be reached.
+type failingGuard struct{ err error }
+
+func (g failingGuard) Admit(context.Context, fence.Token) error { return g.err }

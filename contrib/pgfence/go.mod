@@ -2,10 +2,9 @@ module github.com/dlock-go/dlock/contrib/pgfence
 
 go 1.26.8
 
-require github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock v0.1.0
 
 require (
-	github.com/dlock-go/dlock/integration/pgtest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
@@ -26,7 +25,3 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/dlock-go/dlock => ../..
-
-replace github.com/dlock-go/dlock/integration/pgtest => ../../integration/pgtest

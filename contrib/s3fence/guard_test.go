@@ -21,7 +21,7 @@ import (
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/fencetest"
 	"github.com/dlock-go/dlock/integration/oteltest"
-	"github.com/dlock-go/dlock/integration/s3test"
+	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 )
 
 func TestNewValidates(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
-	"github.com/dlock-go/dlock/integration/s3test"
+	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

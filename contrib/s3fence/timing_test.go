@@ -15,7 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/integration/s3test"
+	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 )
 
 // putOf returns the token in a PUT request's metadata, or "" for any other

@@ -12,7 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/integration/s3test"
+	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 )
 
 // versitygw's HEAD reads an object's metadata and then its ETag, each from

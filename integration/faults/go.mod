@@ -2,13 +2,13 @@ module github.com/dlock-go/dlock/integration/faults
 
 go 1.26.8
 
-require github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock v0.1.0
 
-require github.com/dlock-go/dlock/contrib/httpfence v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock/contrib/httpfence v0.1.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/dlock-go/dlock/integration/containers v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock/integration/containers v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
@@ -80,11 +80,3 @@ require (
 	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/dlock-go/dlock => ../..
-
-replace github.com/dlock-go/dlock/contrib/httpfence => ../../contrib/httpfence
-
-replace github.com/dlock-go/dlock/contrib/redisfence => ../../contrib/redisfence
-
-replace github.com/dlock-go/dlock/integration/containers => ../containers

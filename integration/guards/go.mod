@@ -2,18 +2,17 @@ module github.com/dlock-go/dlock/integration/guards
 
 go 1.26.8
 
-require github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock v0.1.0
 
-require github.com/dlock-go/dlock/contrib/grpcfence v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock/contrib/grpcfence v0.1.0
 
-require github.com/dlock-go/dlock/contrib/httpfence v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock/contrib/httpfence v0.1.0
 
-require github.com/dlock-go/dlock/contrib/pgfence v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock/contrib/pgfence v0.1.0
 
-require github.com/dlock-go/dlock/contrib/redisfence v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock/contrib/redisfence v0.1.0
 
 require (
-	github.com/dlock-go/dlock/integration/pgtest v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
@@ -54,15 +53,3 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/dlock-go/dlock => ../..
-
-replace github.com/dlock-go/dlock/contrib/grpcfence => ../../contrib/grpcfence
-
-replace github.com/dlock-go/dlock/contrib/httpfence => ../../contrib/httpfence
-
-replace github.com/dlock-go/dlock/contrib/pgfence => ../../contrib/pgfence
-
-replace github.com/dlock-go/dlock/contrib/redisfence => ../../contrib/redisfence
-
-replace github.com/dlock-go/dlock/integration/pgtest => ../pgtest

@@ -25,7 +25,7 @@
 //
 //   - The server runs with fsync off: fast, and not crash-safe. Do not use it
 //     for durability tests.
-//   - When the binaries (initdb, postgres) are missing, tests skip with a
+//   - When the binaries (initdb, postgres, psql) are missing, tests skip with a
 //     message, or fail when DLOCK_REQUIRE names "postgres" or "all" (see
 //     internal/testenv). Binaries are looked up on PATH, then in
 //     /usr/lib/postgresql/*/bin (newest version first), or in $PGTEST_BIN.

@@ -2,10 +2,10 @@ package pgtest_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -15,37 +15,48 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Shared(m)) }
 
-func query(t *testing.T, dsn, sql string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer conn.Close(context.WithoutCancel(ctx))
-	var out string
-	require.NoError(t, conn.QueryRow(ctx, sql).Scan(&out))
-	return out
+// dbName is the database a DSN from pgtest names.
+func dbName(dsn string) string {
+	path, _, _ := strings.Cut(dsn[strings.LastIndex(dsn, "/")+1:], "?")
+	return path
 }
 
 func TestNewDatabaseIsFreshAndSeparate(t *testing.T) {
-	a := pgtest.NewDatabase(t)
-	b := pgtest.NewDatabase(t)
+	s := pgtest.Start(t)
+	a, b := s.NewDatabase(t), s.NewDatabase(t)
 	assert.NotEqual(t, a, b)
-	dbA := query(t, a, "SELECT current_database()")
-	dbB := query(t, b, "SELECT current_database()")
-	assert.NotEqual(t, dbA, dbB)
-	assert.Equal(t, "0", query(t, a, "SELECT count(*)::text FROM pg_tables WHERE schemaname = 'public'"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	dbA, err := s.Query(ctx, dbName(a), "SELECT current_database()")
+	require.NoError(t, err)
+	dbB, err := s.Query(ctx, dbName(b), "SELECT current_database()")
+	require.NoError(t, err)
+	assert.Equal(t, dbName(a), dbA)
+	assert.Equal(t, dbName(b), dbB)
+	n, err := s.Query(ctx, dbName(a), "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+	require.NoError(t, err)
+	assert.Equal(t, "0", n)
+}
+
+func TestSharedServer(t *testing.T) {
+	a, b := pgtest.NewDatabase(t), pgtest.NewDatabase(t)
+	assert.NotEqual(t, a, b)
+	assert.Contains(t, a, "sslmode=disable")
 }
 
 func TestStartAndStop(t *testing.T) {
 	s := pgtest.Start(t)
 	dsn := s.NewDatabase(t)
-	assert.Equal(t, "off", query(t, dsn, "SHOW fsync"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	fsync, err := s.Query(ctx, dbName(dsn), "SHOW fsync")
+	require.NoError(t, err)
+	assert.Equal(t, "off", fsync)
+	_, err = s.Query(ctx, dbName(dsn), "SELEC 1")
+	assert.ErrorContains(t, err, "syntax error", "a bad query says why")
 	require.NoError(t, s.Stop())
 	require.NoError(t, s.Stop(), "Stop is idempotent")
 
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	_, err := pgx.Connect(ctx, dsn)
+	_, err = s.Query(ctx, dbName(dsn), "SELECT 1")
 	assert.Error(t, err, "a stopped server refuses connections")
 }

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/dlock-go/dlock/integration/testenv"
 )
 
 // StartTimeout bounds the startup of one server: initdb plus the wait until
@@ -31,7 +31,7 @@ const stopTimeout = 30 * time.Second
 const Superuser = "postgres"
 
 // ErrNotInstalled is returned by StartServer when the PostgreSQL binaries
-// (initdb, postgres) cannot be found.
+// (initdb, postgres, psql) cannot be found.
 var ErrNotInstalled = errors.New("pgtest: postgresql binaries not found")
 
 // Server is a running PostgreSQL server. Its methods are safe for concurrent
@@ -44,14 +44,9 @@ type Server struct {
 	// SocketDir is the directory holding the server's Unix socket.
 	SocketDir string
 
-	dir     string // temp dir: data/, sock/, postgres.log
-	logPath string
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd.Wait returns
-	waitErr error         // valid after exited is closed
-
-	stopOnce sync.Once
-	stopErr  error
+	dir  string // temp dir: data/, sock/, postgres.log
+	bin  string // the directory of initdb, postgres, psql
+	proc *testenv.Proc
 
 	mu  sync.Mutex
 	dbs int // databases created so far, for unique names
@@ -114,34 +109,17 @@ func StartServer(ctx context.Context) (*Server, error) {
 		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out.Bytes())
 	}
 
-	logPath := filepath.Join(dir, "postgres.log")
-	// A free port can be taken by someone else before the server binds it:
-	// try a few.
-	var lastErr error
-	for range 3 {
-		s, err := launch(ctx, bin, dir, dataDir, sockDir, logPath, cred)
-		if err == nil {
-			ok = true
-			return s, nil
-		}
-		lastErr = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
-}
-
-func launch(ctx context.Context, bin, dir, dataDir, sockDir, logPath string, cred *syscall.Credential) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	s, err := testenv.Launch(ctx, func(port int) (*Server, error) {
+		return launch(ctx, bin, dir, dataDir, sockDir, port, cred)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	defer logf.Close() // the child keeps its own descriptor
+	ok = true
+	return s, nil
+}
+
+func launch(ctx context.Context, bin, dir, dataDir, sockDir string, port int, cred *syscall.Credential) (*Server, error) {
 	cmd := exec.Command(filepath.Join(bin, "postgres"),
 		"-D", dataDir,
 		"-p", strconv.Itoa(port),
@@ -155,74 +133,59 @@ func launch(ctx context.Context, bin, dir, dataDir, sockDir, logPath string, cre
 	)
 	cmd.Dir = dir
 	cmd.Env = childEnv()
-	cmd.Stdout, cmd.Stderr = logf, logf // *os.File: no copying goroutine
 	cmd.SysProcAttr = sysProcAttr(cred)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("pgtest: start postgres: %w", err)
+	proc, err := testenv.StartProc("postgres", cmd, filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		return nil, err
 	}
-	s := &Server{
-		Host:      "127.0.0.1",
-		Port:      port,
-		SocketDir: sockDir,
-		dir:       dir,
-		logPath:   logPath,
-		cmd:       cmd,
-		exited:    make(chan struct{}),
-	}
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := s.waitReady(ctx); err != nil {
-		s.kill()
-		return nil, fmt.Errorf("%w\n%s", err, s.logTail())
+	s := &Server{Host: "127.0.0.1", Port: port, SocketDir: sockDir, dir: dir, bin: bin, proc: proc}
+	// Ready once it accepts a connection to the postgres database.
+	if err := proc.WaitReady(ctx, 50*time.Millisecond, func(ctx context.Context) error {
+		_, err := s.psql(ctx, "postgres", "SELECT 1")
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	return s, nil
-}
-
-// waitReady polls until the server accepts a connection, it exits, or ctx
-// ends.
-func (s *Server) waitReady(ctx context.Context) error {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := pgx.Connect(attempt, s.DSN("postgres"))
-		cancel()
-		if err == nil {
-			return conn.Close(ctx)
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("pgtest: postgres exited during startup: %v", s.waitErr)
-		case <-ctx.Done():
-			return fmt.Errorf("pgtest: postgres not ready: %w (last error: %v)", ctx.Err(), err)
-		case <-tick.C:
-		}
-	}
 }
 
 // Stop shuts the server down (fast shutdown, then kill after a bound) and
 // removes its directory. It is idempotent.
 func (s *Server) Stop() error {
-	s.stopOnce.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
-		select {
-		case <-s.exited:
-		case <-time.After(stopTimeout):
-			s.stopErr = fmt.Errorf("pgtest: postgres did not stop within %v; killed", stopTimeout)
-			s.kill()
-		}
-		if err := os.RemoveAll(s.dir); err != nil && s.stopErr == nil {
-			s.stopErr = fmt.Errorf("pgtest: %w", err)
-		}
-	})
-	return s.stopErr
+	err := s.proc.Stop(syscall.SIGINT, stopTimeout) // SIGINT: fast shutdown
+	if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	return nil
 }
 
-func (s *Server) kill() {
-	_ = s.cmd.Process.Kill()
-	<-s.exited
+// Query runs sql on database db as the superuser, with psql, and returns
+// what it printed: the rows unaligned, without headers, one per line, and
+// the values separated by "|". A bound of 30 seconds is added to ctx.
+func (s *Server) Query(ctx context.Context, db, sql string) (string, error) {
+	out, err := s.psql(ctx, db, sql)
+	if err != nil {
+		return "", fmt.Errorf("pgtest: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Server) psql(ctx context.Context, db, sql string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "psql"),
+		"-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql, s.DSN(db))
+	cmd.Env = childEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("psql %q: %w: %s", sql, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return string(bytes.TrimSuffix(out, []byte("\n"))), nil
 }
 
 // CreateDatabase creates a new empty database with a unique name and
@@ -232,33 +195,16 @@ func (s *Server) CreateDatabase(ctx context.Context) (string, error) {
 	s.dbs++
 	name := fmt.Sprintf("test_%d", s.dbs)
 	s.mu.Unlock()
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
-	if err != nil {
-		return "", fmt.Errorf("pgtest: connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("pgtest: create database %s: %w", name, err)
+	if _, err := s.Query(ctx, "postgres", "CREATE DATABASE "+name); err != nil {
+		return "", err
 	}
 	return name, nil
-}
-
-func (s *Server) logTail() string {
-	b, err := os.ReadFile(s.logPath)
-	if err != nil {
-		return ""
-	}
-	const max = 4 << 10
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	return "postgres log (tail):\n" + string(b)
 }
 
 // findBinDir returns the directory holding initdb and postgres.
 func findBinDir() (string, error) {
 	has := func(dir string) bool {
-		for _, b := range []string{"initdb", "postgres"} {
+		for _, b := range []string{"initdb", "postgres", "psql"} {
 			if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() {
 				return false
 			}
@@ -330,13 +276,4 @@ func childEnv() []string {
 		env = append(env, kv)
 	}
 	return append(env, "LC_ALL=C", "LANG=C")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgtest: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -2,7 +2,6 @@ package pgtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -13,22 +12,10 @@ import (
 
 // Start starts a server for t alone and stops it with t.Cleanup. When the
 // binaries are missing it skips t, or fails it under DLOCK_REQUIRE (see
-// internal/testenv); any other startup failure fails t.
+// integration/testenv); any other startup failure fails t.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s, err := StartServer(t.Context())
-	if err != nil {
-		if errors.Is(err, ErrNotInstalled) {
-			testenv.Missing(t, "postgres", err.Error())
-		}
-		t.Fatalf("start postgres: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Errorf("stop postgres: %v", err)
-		}
-	})
-	return s
+	return testenv.StartFor(t, "postgres", ErrNotInstalled, StartServer)
 }
 
 var shared struct {
@@ -69,22 +56,14 @@ func NewDatabase(t testing.TB) string {
 		shared.srv, shared.err = StartServer(context.Background())
 	})
 	if shared.err != nil {
-		if errors.Is(shared.err, ErrNotInstalled) {
-			testenv.Missing(t, "postgres", shared.err.Error())
-		}
-		t.Fatalf("start postgres: %v", shared.err)
+		testenv.StartFailed(t, "postgres", ErrNotInstalled, shared.err)
 	}
-	return newDatabase(t, shared.srv)
+	return shared.srv.NewDatabase(t)
 }
 
 // NewDatabase returns the DSN of a fresh, empty database on s. It fails t
 // if the database cannot be created.
 func (s *Server) NewDatabase(t testing.TB) string {
-	t.Helper()
-	return newDatabase(t, s)
-}
-
-func newDatabase(t testing.TB, s *Server) string {
 	t.Helper()
 	name, err := s.CreateDatabase(t.Context())
 	if err != nil {

@@ -2,15 +2,14 @@ module github.com/dlock-go/dlock/contrib/cmd/dlock
 
 go 1.26.8
 
-require github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock v0.1.0
 
-require github.com/dlock-go/dlock/contrib/s3fence v0.0.0-00010101000000-000000000000
+require github.com/dlock-go/dlock/contrib/s3fence v0.1.0
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/config v1.33.21
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.116.0
-	github.com/dlock-go/dlock/integration/s3test v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -93,9 +92,3 @@ require (
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/dlock-go/dlock => ../../..
-
-replace github.com/dlock-go/dlock/contrib/s3fence => ../../s3fence
-
-replace github.com/dlock-go/dlock/integration/s3test => ../../../integration/s3test

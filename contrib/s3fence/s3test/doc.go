@@ -29,7 +29,7 @@
 // versitygw-<Version>/versitygw), else it builds one there with "go
 // install" from the Go module proxy (a minute or two, once per machine;
 // concurrent test binaries wait for one build). CI builds it up front with
-// "go run ./integration/s3test/install". When it cannot be had (no go
+// "go run ./contrib/s3fence/s3test/install". When it cannot be had (no go
 // command, no module proxy), tests skip with a message, or fail when
 // DLOCK_REQUIRE names "versitygw" or "all" (see internal/testenv).
 //

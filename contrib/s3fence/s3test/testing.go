@@ -2,7 +2,6 @@ package s3test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -16,22 +15,10 @@ import (
 
 // Start starts a server for t alone and stops it with t.Cleanup. When
 // versitygw cannot be had it skips t, or fails it under DLOCK_REQUIRE (see
-// internal/testenv); any other startup failure fails t.
+// integration/testenv); any other startup failure fails t.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s, err := StartServer(t.Context())
-	if err != nil {
-		if errors.Is(err, ErrNotInstalled) {
-			testenv.Missing(t, "versitygw", err.Error())
-		}
-		t.Fatalf("start versitygw: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Errorf("stop versitygw: %v", err)
-		}
-	})
-	return s
+	return testenv.StartFor(t, "versitygw", ErrNotInstalled, StartServer)
 }
 
 // Client returns a client for s with its root credentials, path-style

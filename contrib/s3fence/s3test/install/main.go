@@ -2,7 +2,7 @@
 // (or finds the one already built) and prints its path. CI runs it before
 // the tests, so that no test spends its time on the build:
 //
-//	go run ./integration/s3test/install
+//	go run ./contrib/s3fence/s3test/install
 package main
 
 import (
@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/dlock-go/dlock/integration/s3test"
+	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 )
 
 func main() {

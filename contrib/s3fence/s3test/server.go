@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock/integration/testenv"
 )
 
 // StartTimeout bounds the startup of one server, after its binary was
@@ -35,14 +36,8 @@ type Server struct {
 	// AccessKey and SecretKey are the root account's credentials.
 	AccessKey, SecretKey string
 
-	dir     string // temp dir: root/, meta/, versitygw.log
-	logPath string
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd.Wait returns
-	waitErr error         // valid after exited is closed
-
-	stopOnce sync.Once
-	stopErr  error
+	dir  string // temp dir: root/, meta/, versitygw.log
+	proc *testenv.Proc
 
 	mu      sync.Mutex
 	buckets int
@@ -80,41 +75,22 @@ func StartServer(ctx context.Context) (*Server, error) {
 			return nil, fmt.Errorf("s3test: %w", err)
 		}
 	}
-	// A free port can be taken by someone else before the server binds
-	// it: try a few.
-	var lastErr error
-	for range 3 {
-		s, err := launch(ctx, bin, dir, root, sidecar)
-		if err == nil {
-			ok = true
-			return s, nil
-		}
-		lastErr = err
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
-}
-
-func launch(ctx context.Context, bin, dir, root, sidecar string) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(dir, "versitygw.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	s, err := testenv.Launch(ctx, func(port int) (*Server, error) {
+		return launch(ctx, bin, dir, root, sidecar, port)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("s3test: %w", err)
 	}
-	defer logf.Close() // the child keeps its own descriptor
+	ok = true
+	return s, nil
+}
+
+func launch(ctx context.Context, bin, dir, root, sidecar string, port int) (*Server, error) {
 	s := &Server{
 		Endpoint:  "http://127.0.0.1:" + strconv.Itoa(port),
 		AccessKey: "s3test-" + randomHex(4),
 		SecretKey: randomHex(20),
 		dir:       dir,
-		logPath:   logPath,
-		exited:    make(chan struct{}),
 	}
 	args := []string{
 		"--port", "127.0.0.1:" + strconv.Itoa(port),
@@ -129,85 +105,50 @@ func launch(ctx context.Context, bin, dir, root, sidecar string) (*Server, error
 		args = append(args, "--sidecar", sidecar)
 	}
 	args = append(args, root)
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Dir = dir
-	s.cmd.Env = childEnv()
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf // *os.File: no copying goroutine
-	s.cmd.SysProcAttr = sysProcAttr()
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("s3test: start versitygw: %w", err)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = sysProcAttr()
+	var err error
+	if s.proc, err = testenv.StartProc("versitygw", cmd, filepath.Join(dir, "versitygw.log")); err != nil {
+		return nil, err
 	}
-	go func() {
-		s.waitErr = s.cmd.Wait()
-		close(s.exited)
-	}()
-	if err := s.waitReady(ctx); err != nil {
-		s.kill()
-		return nil, fmt.Errorf("%w\n%s", err, s.logTail())
-	}
-	return s, nil
-}
-
-// waitReady polls until the server answers an HTTP request (any status: an
-// anonymous request is refused), it exits, or ctx ends.
-func (s *Server) waitReady(ctx context.Context) error {
+	// Ready once it answers an HTTP request (any status: an anonymous
+	// request is refused).
 	tr := &http.Transport{DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 2 * time.Second}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	if err := s.proc.WaitReady(ctx, 20*time.Millisecond, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/", nil)
 		if err != nil {
-			return fmt.Errorf("s3test: %w", err)
+			return err
 		}
 		resp, err := c.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			return nil
+		if err != nil {
+			return err
 		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("s3test: versitygw exited during startup: %v", s.waitErr)
-		case <-ctx.Done():
-			return fmt.Errorf("s3test: versitygw not ready: %w (last error: %v)", ctx.Err(), err)
-		case <-tick.C:
-		}
+		return resp.Body.Close()
+	}); err != nil {
+		return nil, err
 	}
+	return s, nil
 }
 
 // Stop shuts the server down (SIGTERM, then SIGKILL after a bound) and
 // removes its directory. It is idempotent.
 func (s *Server) Stop() error {
-	s.stopOnce.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(stopTimeout):
-			s.stopErr = fmt.Errorf("s3test: versitygw did not stop within %v; killed", stopTimeout)
-			s.kill()
-		}
-		if err := os.RemoveAll(s.dir); err != nil && s.stopErr == nil {
-			s.stopErr = fmt.Errorf("s3test: %w", err)
-		}
-	})
-	return s.stopErr
-}
-
-func (s *Server) kill() {
-	_ = s.cmd.Process.Kill()
-	<-s.exited
+	err := s.proc.Stop(syscall.SIGTERM, stopTimeout)
+	if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("s3test: %w", err)
+	}
+	return nil
 }
 
 // Exited reports whether the server process has ended.
-func (s *Server) Exited() bool {
-	select {
-	case <-s.exited:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Server) Exited() bool { return s.proc.Exited() }
 
 // Env returns the environment variables ("KEY=value") that point an AWS
 // SDK or CLI in a child process at s: endpoint, credentials and region,
@@ -240,14 +181,6 @@ func (s *Server) nextBucket() string {
 	return fmt.Sprintf("s3test-%d-%s", s.buckets, randomHex(3))
 }
 
-func (s *Server) logTail() string {
-	b, err := os.ReadFile(s.logPath)
-	if err != nil {
-		return ""
-	}
-	return "versitygw log (tail):\n" + tail(b)
-}
-
 // childEnv is the server's environment: the test's own without the
 // variables that versitygw reads as settings (VGW_*, ROOT_*), so that only
 // the flags above configure it.
@@ -260,15 +193,6 @@ func childEnv() []string {
 		env = append(env, kv)
 	}
 	return env
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("s3test: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randomHex(n int) string {
