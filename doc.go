@@ -2,11 +2,20 @@
 // service, and Client.Locker hands out lock.Locker values that application
 // code uses without knowing which backend is behind them.
 //
-//	cfg, _ := dlock.ParseDSN("etcd://10.0.0.1:2379,10.0.0.2:2379/myapp?ttl=10s")
-//	c, _ := dlock.Open(ctx, cfg)
+//	cfg, err := dlock.ParseDSN("etcd://10.0.0.1:2379,10.0.0.2:2379/myapp?ttl=10s")
+//	if err != nil {
+//		return err
+//	}
+//	c, err := dlock.Open(ctx, cfg)
+//	if err != nil {
+//		return err // c is nil: nothing to close
+//	}
 //	defer c.Close(ctx)
-//	l, _ := c.Locker("orders/eu")
-//	err := lock.Do(ctx, l, func(ctx context.Context, h lock.Held) error {
+//	l, err := c.Locker("orders/eu")
+//	if err != nil {
+//		return err
+//	}
+//	return lock.Do(ctx, l, func(ctx context.Context, h lock.Held) error {
 //		return db.Write(ctx, h.Token(), ...) // the resource checks the token
 //	})
 //

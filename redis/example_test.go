@@ -107,7 +107,9 @@ func ExampleDrain() {
 	}
 	if h, err := r.TryLock(ctx); err == nil {
 		// ... work ...
-		_ = h.Unlock(ctx)
+		if err := h.Unlock(ctx); err != nil {
+			log.Print(err) // the grant had expired: the work ran unprotected at the end
+		}
 	}
 	// Unlock returned at a majority: let the requests still out finish
 	// (bounded), then close the clients.
@@ -133,8 +135,13 @@ func ExampleWithOwner() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer h.Unlock(ctx)
 	// An operator sees the owner after the grant's random value.
-	v, _ := client.Get(ctx, redis.DefaultKeyPrefix+"{migrations}").Result()
+	v, err := client.Get(ctx, redis.DefaultKeyPrefix+"{migrations}").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(strings.Fields(v)[1]) // deployer-7
+	if err := h.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
 }

@@ -18,7 +18,11 @@ import (
 func ExampleMiddleware() {
 	guard := fence.NewMemoryGuard() // or pgfence, redisfence
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, _ := fence.FromContext(r.Context())
+		tok, ok := fence.FromContext(r.Context()) // the token Middleware admitted
+		if !ok {
+			http.Error(w, "no token", http.StatusInternalServerError)
+			return
+		}
 		fmt.Fprintf(w, "written with %s", tok)
 	})
 	srv := httptest.NewServer(httpfence.Middleware(guard)(handler))
@@ -36,7 +40,10 @@ func ExampleMiddleware() {
 			log.Fatal(err)
 		}
 		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			log.Fatal(err)
+		}
 		fmt.Printf("%d %s\n", resp.StatusCode, body)
 	}
 	send(41)
@@ -57,7 +64,10 @@ func ExampleTransport() {
 
 	client := &http.Client{Transport: &httpfence.Transport{Base: srv.Client().Transport}}
 	ctx := fence.NewContext(context.Background(), fence.Token{Name: "orders/eu", Seq: 7})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		log.Fatal(err)

@@ -9,15 +9,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"testing"
 )
 
 // Binary returns the path of the etcd server binary that New starts: the
-// one $DLOCK_ETCD names, or etcd's own server main (etcdmain) built from
-// this repository's integration/containers module into the user cache on
-// first use (rebuilt when that module's go.sum or the Go version changes).
-// It fails the test if there is neither.
+// one $DLOCK_ETCD names, or etcd's own server main (etcdmain), built into
+// the user cache on first use and kept there: in a checkout of dlock from
+// its integration/containers module (rebuilt when that module's go.sum or
+// the Go version changes); elsewhere (a user's own module) from the Go
+// module proxy, at the version of etcd's client this test binary was built
+// with (see ServerVersion). It fails the test if there is none.
 func Binary(tb testing.TB) string {
 	tb.Helper()
 	bin, err := binary()
@@ -37,25 +40,85 @@ func binary() (string, error) {
 	if p := os.Getenv("DLOCK_ETCD"); p != "" {
 		return p, nil
 	}
-	built.once.Do(func() { built.path, built.err = build() })
+	built.once.Do(func() {
+		if src, err := Source(); err == nil {
+			built.path, built.err = buildCheckout(src)
+		} else {
+			built.path, built.err = buildRelease(ServerVersion())
+		}
+	})
 	return built.path, built.err
 }
 
-// build builds etcdmain from the integration/containers/etcd directory
-// found above the working directory, unless the cache has it already.
-func build() (string, error) {
-	src, err := Source()
-	if err != nil {
-		return "", err
-	}
-	sum, err := os.ReadFile(filepath.Join(src, "..", "go.sum"))
-	if err != nil {
-		sum, err = os.ReadFile(filepath.Join(src, "..", "..", "..", "go.sum")) // before the module split
-		if err != nil {
-			return "", fmt.Errorf("etcd's go.sum: %w", err)
+// DefaultServerVersion is the etcd version built when the test binary's
+// build information does not name etcd's client module.
+const DefaultServerVersion = "v3.7.3"
+
+// ServerVersion returns the version of etcd's server that Binary builds
+// outside a checkout of dlock: the version of go.etcd.io/etcd/client/v3 in
+// the test binary's build (the one dlock's go.mod pins, or a later one
+// that the user's module selects), else DefaultServerVersion.
+func ServerVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "go.etcd.io/etcd/client/v3" {
+				if d.Replace != nil {
+					d = d.Replace
+				}
+				if d.Version != "" && d.Version != "(devel)" {
+					return d.Version
+				}
+			}
 		}
 	}
-	h := sha256.Sum256(append(sum, runtime.Version()...))
+	return DefaultServerVersion
+}
+
+// buildCheckout builds etcdmain from src, a checkout's
+// integration/containers/etcd, unless the cache has it already.
+func buildCheckout(src string) (string, error) {
+	sum, err := os.ReadFile(filepath.Join(src, "..", "go.sum"))
+	if err != nil {
+		return "", fmt.Errorf("etcd's go.sum: %w", err)
+	}
+	return buildCached(string(sum), func(out string) error {
+		return gobuild(src, nil, "build", "-o", out, ".")
+	})
+}
+
+// buildRelease builds etcdmain at version from the Go module proxy (or the
+// module cache), in a module of its own in the user cache, unless the
+// cache has it already.
+func buildRelease(version string) (string, error) {
+	return buildCached("release "+version, func(out string) error {
+		dir, err := os.MkdirTemp(filepath.Dir(out), "src-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		files := map[string]string{
+			"go.mod":  "module dlock.invalid/etcd\n\nrequire go.etcd.io/etcd/server/v3 " + version + "\n",
+			"main.go": "package main\n\nimport (\n\t\"os\"\n\n\t\"go.etcd.io/etcd/server/v3/etcdmain\"\n)\n\nfunc main() { etcdmain.Main(os.Args) }\n",
+		}
+		for name, data := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+				return err
+			}
+		}
+		// Outside any workspace; the module cache may be read-only.
+		env := []string{"GOWORK=off", "GOFLAGS=-mod=mod", "GO111MODULE=on"}
+		if err := gobuild(dir, env, "mod", "tidy"); err != nil {
+			return err
+		}
+		return gobuild(dir, env, "build", "-o", out, ".")
+	})
+}
+
+// buildCached returns the binary cached under key (and the Go version),
+// building it with build into a temporary name first: several test
+// binaries may build at once, and the rename is atomic.
+func buildCached(key string, build func(out string) error) (string, error) {
+	h := sha256.Sum256([]byte(key + runtime.Version()))
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
@@ -74,19 +137,26 @@ func build() (string, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	cmd := exec.Command("go", "build", "-o", tmp.Name(), ".")
-	cmd.Dir = src
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build etcd in %s: %w\n%s", src, err, out)
+	if err := build(tmp.Name()); err != nil {
+		return "", err
 	}
-	// Several test binaries may build at once: the rename is atomic.
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return "", err
 	}
 	return path, nil
 }
 
-// Source finds the directory of etcd's server main in this repository,
+func gobuild(dir string, env []string, args ...string) error {
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building etcd: go %v in %s: %w\n%s", args, dir, err, out)
+	}
+	return nil
+}
+
+// Source finds the directory of etcd's server main in a checkout of dlock,
 // integration/containers/etcd, in the working directory or one of its
 // parents (a test runs in its package's directory, in any module of the
 // repository).
@@ -102,7 +172,7 @@ func Source() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no etcd binary: set DLOCK_ETCD, or run from a checkout of dlock (which builds integration/containers/etcd)")
+			return "", errors.New("not in a checkout of dlock (no integration/containers/etcd above the working directory)")
 		}
 		dir = parent
 	}

@@ -17,9 +17,12 @@
 //
 // # Caveats
 //
-//   - Binary builds etcd from this repository's integration/containers
-//     module on first use (a minute on a fresh machine; the go build cache
-//     keeps it); set DLOCK_ETCD to the path of an etcd binary to skip that.
+//   - Binary builds etcd's own server main on first use, into the user
+//     cache (a minute or two on a fresh machine; later runs reuse it): in
+//     a checkout of dlock from its integration/containers module, in a
+//     user's module from the Go module proxy at the version of etcd's
+//     client the test is built with (ServerVersion). Set DLOCK_ETCD to the
+//     path of an etcd binary to skip that.
 //   - Members run with --unsafe-no-fsync (tests do not survive power
 //     loss) unless WithFsync is given.
 //   - Election settings are fast (heartbeat 50ms, election 500ms): a loaded
