@@ -18,10 +18,10 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
+	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/fencetest"
 	"github.com/dlock-go/dlock/integration/oteltest"
-	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 )
 
 func TestNewValidates(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
-	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
+	"github.com/dlock-go/dlock/fence"
 )
 
 // putOf returns the token in a PUT request's metadata, or "" for any other

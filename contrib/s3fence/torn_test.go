@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
-	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
+	"github.com/dlock-go/dlock/fence"
 )
 
 // versitygw's HEAD reads an object's metadata and then its ETag, each from

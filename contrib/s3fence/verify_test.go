@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
+	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/fence/fencetest"
-	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 )
 
 func names(checks []s3fence.Check) (passed []string, failed string) {

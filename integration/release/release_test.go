@@ -134,7 +134,7 @@ func goEnv(t *testing.T, out string) (env []string, home string) {
 	return append(env,
 		"HOME="+home,
 		"XDG_CACHE_HOME="+filepath.Join(home, ".cache"), // etcdtest builds its etcd anew
-		"GOCACHE="+goenv("GOCACHE"),                    // but compiled packages are reused
+		"GOCACHE="+goenv("GOCACHE"),                     // but compiled packages are reused
 		"GOMODCACHE="+filepath.Join(home, "go", "pkg", "mod"),
 		"GOPATH="+filepath.Join(home, "go"),
 		"GOBIN="+filepath.Join(home, "bin"),
