@@ -118,7 +118,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	client, err := open(ctx, cfg)
+	client, err := open(ctx, cfg, connHint)
 	if err != nil {
 		return err
 	}

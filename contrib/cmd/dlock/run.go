@@ -178,7 +178,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 		<-watching
 		return sig
 	}
-	client, err := open(actx, cfg)
+	client, err := open(actx, cfg, connHint)
 	if err != nil {
 		return interrupted(signalled(), err)
 	}
