@@ -89,10 +89,12 @@ func TestVersionLine(t *testing.T) {
 			"dlock v0.1.0 (go1.26.8)"},
 		{"a CLI release on an older core", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.1.1"}, Deps: core("v0.1.0", nil)},
 			"dlock v0.1.1 (go1.26.8, core v0.1.0)"},
-		{"go build in a checkout", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Deps: core("v0.0.0-00010101000000-000000000000", &debug.Module{Path: "../../.."}), Settings: vcs},
+		{"go build in a checkout", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Deps: core("v0.0.0-00010101000000-000000000000", &debug.Module{Path: "../../..", Version: "(devel)"}), Settings: vcs},
 			"dlock (devel) (go1.26.8, vcs 7274296 2026-12-06T14:00:00Z, modified)"},
 		{"go build, clean tree, pseudo-version", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.0.0-20261206140000-727429614c1f"}, Deps: core("(devel)", nil), Settings: vcs[:4]},
-			"dlock v0.0.0-20261206140000-727429614c1f (go1.26.8, core (devel), vcs 7274296 2026-12-06T14:00:00Z)"},
+			"dlock v0.0.0-20261206140000-727429614c1f (go1.26.8, vcs 7274296 2026-12-06T14:00:00Z)"},
+		{"a core replaced by a release", debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.1.1"}, Deps: core("v0.1.0", &debug.Module{Path: "github.com/fork/dlock", Version: "v0.1.2"})},
+			"dlock v0.1.1 (go1.26.8, core v0.1.2)"},
 		{"no main version", debug.BuildInfo{GoVersion: "go1.26.8"}, "dlock (devel) (go1.26.8)"},
 	} {
 		assert.Equal(t, tc.want, versionLine(&tc.bi), tc.name)

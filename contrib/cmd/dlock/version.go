@@ -40,7 +40,9 @@ const coreModule = "github.com/dlock-go/dlock"
 // <version>][, vcs <revision> <time>[, modified]])", for example
 // "dlock v0.1.0 (go1.26.8)" or "dlock (devel) (go1.26.8, vcs 7274296
 // 2026-12-06T14:00:00Z, modified)". The core module's version is shown
-// when it is a real one (not replaced by a directory) and not the CLI's.
+// when it is another release than the CLI's: not when the core comes
+// from the same checkout (a go.work workspace, or a replace by a
+// directory, both "(devel)" in the build info).
 func versionLine(bi *debug.BuildInfo) string {
 	version := bi.Main.Version
 	if version == "" {
@@ -48,13 +50,14 @@ func versionLine(bi *debug.BuildInfo) string {
 	}
 	details := []string{bi.GoVersion}
 	for _, d := range bi.Deps {
-		if d.Path == coreModule && (d.Replace == nil || d.Replace.Version != "") {
-			if d.Replace != nil {
-				d = d.Replace
-			}
-			if d.Version != version {
-				details = append(details, "core "+d.Version)
-			}
+		if d.Path != coreModule {
+			continue
+		}
+		if d.Replace != nil {
+			d = d.Replace
+		}
+		if d.Version != "" && d.Version != "(devel)" && d.Version != version {
+			details = append(details, "core "+d.Version)
 		}
 	}
 	vcs := map[string]string{}
