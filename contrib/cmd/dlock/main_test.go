@@ -170,36 +170,31 @@ func startAttr(t *testing.T, env []string, attr *syscall.SysProcAttr, args ...st
 // test if the process ends or cmdTimeout passes first.
 func (p *proc) waitLine(t *testing.T, substr string) string {
 	t.Helper()
-	timeout := time.NewTimer(cmdTimeout)
-	defer timeout.Stop()
-	for {
-		select {
-		case l, ok := <-p.lines:
-			require.True(t, ok, "dlock ended before printing %q; stderr: %s", substr, p.stderr)
-			if strings.Contains(l, substr) {
-				return l
-			}
-		case <-timeout.C:
-			require.FailNow(t, "no line "+substr, "stderr: %s", p.stderr)
-		}
-	}
+	return p.waitIn(t, p.lines, "stdout", substr)
 }
 
 // waitErrLine returns the first stderr line containing substr, failing the
 // test if stderr ends or cmdTimeout passes first.
 func (p *proc) waitErrLine(t *testing.T, substr string) string {
 	t.Helper()
+	return p.waitIn(t, p.errLines, "stderr", substr)
+}
+
+// waitIn returns the first line of lines, p's stream called stream, that
+// contains substr.
+func (p *proc) waitIn(t *testing.T, lines <-chan string, stream, substr string) string {
+	t.Helper()
 	timeout := time.NewTimer(cmdTimeout)
 	defer timeout.Stop()
 	for {
 		select {
-		case l, ok := <-p.errLines:
-			require.True(t, ok, "dlock's stderr ended before a line with %q: %s", substr, p.stderr)
+		case l, ok := <-lines:
+			require.True(t, ok, "dlock's %s ended before a line with %q; stderr: %s", stream, substr, p.stderr)
 			if strings.Contains(l, substr) {
 				return l
 			}
 		case <-timeout.C:
-			require.FailNow(t, "no stderr line "+substr, "stderr: %s", p.stderr)
+			require.FailNow(t, "no "+stream+" line with "+substr, "stderr: %s", p.stderr)
 		}
 	}
 }

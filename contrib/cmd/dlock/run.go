@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -199,11 +200,10 @@ func runRun(_ context.Context, e *env, args []string) error {
 		defer ccancel()
 		client.Close(cctx)
 	}()
-	acq, err := acquirer(client, *name, *owner, kind, *permits)
+	acq, err := acquirer(client, *name, *owner, kind, *permits, e.stderr)
 	if err != nil {
 		return usageError("%v", err)
 	}
-	acq.notes.w = e.stderr
 	lctx := actx
 	if *timeout > 0 {
 		var lcancel context.CancelFunc
@@ -297,8 +297,8 @@ func (a *acquisition) acquire(ctx context.Context) (lock.Held, error) {
 // acquirer returns the acquisition of what kind asks for on the lock
 // name: the Client's Locker, or an etcd Semaphore or RWMutex on the
 // Client's sessions, in the same queue as the Locker's Mutex (see
-// etcdLockOptions). Its notes' writer is left to set.
-func acquirer(client *dlock.Client, name, owner string, kind runKind, permits int) (*acquisition, error) {
+// etcdLockOptions). Its notes go to w.
+func acquirer(client *dlock.Client, name, owner string, kind runKind, permits int, w io.Writer) (*acquisition, error) {
 	var lopts []dlock.LockerOption
 	if owner != "" {
 		lopts = append(lopts, dlock.WithOwner(owner))
@@ -307,7 +307,7 @@ func acquirer(client *dlock.Client, name, owner string, kind runKind, permits in
 	if err != nil {
 		return nil, err
 	}
-	a := &acquisition{try: l.TryLock, lock: l.Lock, notes: waitNotes{what: fmt.Sprintf("lock %q", name), every: waitNoteEvery}}
+	a := &acquisition{try: l.TryLock, lock: l.Lock, notes: waitNotes{w: w, what: fmt.Sprintf("lock %q", name), every: waitNoteEvery}}
 	if client.Source() == nil { // Redis, Redlock: kindLock only
 		return a, nil
 	}
