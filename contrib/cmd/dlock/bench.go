@@ -32,7 +32,13 @@ decade), one bar of '#' per bucket.
 Give --dsn several times to compare backends side by side, for example
   dlock bench --dsn etcd://127.0.0.1:2379 --dsn redis://127.0.0.1:6379
 Each DSN runs on its own, one after the other. Without --dsn, bench
-measures the backend that $DLOCK_DSN names.
+measures the backend that $DLOCK_DSN names. Connecting waits up to the
+DSN's dial_timeout (default 5s; e.g. etcd://h:2379?dial_timeout=10s).
+
+A backend that cannot be reached, or that grants nothing, does not stop
+the others: bench prints every backend that ran to the end (one that
+granted nothing with its errors), then the failures on stderr, one line
+naming each failed DSN, and exits 1.
 
 With --json, it prints instead one JSON object per backend, one per line:
 backend, dsn (its password removed), clients, ops (grants), errors,
@@ -54,8 +60,15 @@ const (
 // dsnList is a repeatable --dsn flag.
 type dsnList []string
 
-func (l *dsnList) String() string     { return strings.Join(*l, ",") }
-func (l *dsnList) Set(s string) error { *l = append(*l, s); return nil }
+func (l *dsnList) String() string { return strings.Join(*l, ",") }
+func (l *dsnList) Set(s string) error {
+	var d dsnFlag
+	if err := d.Set(s); err != nil {
+		return err
+	}
+	*l = append(*l, s)
+	return nil
+}
 
 func runBench(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bench", "--dsn DSN [--dsn DSN...] [flags]", benchDescription)
@@ -98,17 +111,28 @@ func runBench(ctx context.Context, e *env, args []string) error {
 			return usageError("%s: %v", from, err)
 		}
 	}
-	var results []benchResult
+	// Each backend runs on its own: one that fails does not discard the
+	// others' results. Every finished backend is printed, then the
+	// failures make the exit code.
+	var (
+		results []benchResult
+		failed  []string
+	)
 	for i, cfg := range cfgs {
 		b := bencher{cfg: cfg, label: dlock.RedactDSN(dsns[i]), clients: *clients, duration: *duration, hold: *hold, name: *name}
 		if *progress || isTerminal(e.stderr) {
 			b.progress = e.stderr
 		}
 		r, err := b.run(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", b.label, err)
+		if r.elapsed > 0 { // it ran to the end, with or without grants
+			results = append(results, r)
 		}
-		results = append(results, r)
+		if err != nil {
+			failed = append(failed, b.label+": "+err.Error())
+			if ctx.Err() != nil {
+				break // interrupted: the backends after it do not run
+			}
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -117,11 +141,20 @@ func runBench(ctx context.Context, e *env, args []string) error {
 				return err
 			}
 		}
-		return nil
+	} else if len(results) > 0 {
+		printBench(e.stdout, results)
 	}
-	printBench(e.stdout, results)
+	switch {
+	case len(failed) == 1:
+		return errors.New(failed[0])
+	case len(failed) > 1:
+		return fmt.Errorf("%d of %d backends failed: %s", len(failed), len(cfgs), strings.Join(failed, "; "))
+	}
 	return nil
 }
+
+// benchHint names bench's connection settings, for open.
+const benchHint = "--dsn and its dial_timeout parameter"
 
 type bencher struct {
 	cfg      dlock.Config
@@ -156,7 +189,7 @@ func (b *bencher) run(ctx context.Context) (benchResult, error) {
 		}
 	}()
 	for i := range lockers {
-		c, err := open(ctx, b.cfg)
+		c, err := open(ctx, b.cfg, benchHint)
 		if err != nil {
 			return benchResult{}, err
 		}
@@ -237,12 +270,12 @@ func (b *bencher) run(ctx context.Context) (benchResult, error) {
 		tick.Stop()
 	}
 	wg.Wait()
-	res.elapsed = time.Since(start)
 	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("interrupted: %w", err)
+		return benchResult{}, fmt.Errorf("interrupted: %w", err)
 	}
+	res.elapsed = time.Since(start)
 	if len(res.acquire) == 0 && res.firstErr != nil {
-		return res, errors.Join(errors.New("no grant"), res.firstErr)
+		return res, fmt.Errorf("no grant in %v: %w", b.duration, res.firstErr)
 	}
 	return res, nil
 }
@@ -421,7 +454,13 @@ func (r benchResult) record() benchRecord {
 	if r.firstErr != nil {
 		rec.FirstError = oneLine(r.firstErr.Error())
 	}
-	for _, b := range histogram(r.acquire) {
+	hist := histogram(r.acquire)
+	if len(hist) == 0 || hist[len(hist)-1].le != 0 {
+		// The documented form ends with the unbounded bucket, also when
+		// no sample is in it: above the last bucket shown, none.
+		hist = append(hist, bucket{})
+	}
+	for _, b := range hist {
 		bb := benchBucket{Count: b.count}
 		if b.le != 0 {
 			le := ms(b.le)

@@ -109,11 +109,44 @@ func TestBenchJSON(t *testing.T) {
 			}
 		}
 		assert.Equal(t, b.Ops, n, "the histogram counts every grant")
-		require.NotEmpty(t, b.Histogram)
-		last := b.Histogram[len(b.Histogram)-1]
-		if last.LeMS != nil {
-			assert.LessOrEqual(t, b.MaxMS, *last.LeMS, "the max is in the last bucket")
+		require.GreaterOrEqual(t, len(b.Histogram), 2)
+		assert.Nil(t, b.Histogram[len(b.Histogram)-1].LeMS, "the last bucket is the unbounded one, as documented")
+		if le := b.Histogram[len(b.Histogram)-2].LeMS; b.Histogram[len(b.Histogram)-1].Count == 0 {
+			assert.LessOrEqual(t, b.MaxMS, *le, "an empty unbounded bucket: the max is in the bucket before")
 		}
+	}
+}
+
+// TestBenchReportsEveryBackend: a backend that cannot be reached does not
+// discard the result of one that ran; the failure names its DSN
+// (redacted) and only flags bench has, and bench exits 1.
+func TestBenchReportsEveryBackend(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.New(t)
+	live := "etcd://" + hostPort(c.Endpoints()[0])
+	dead := etcdtest.FreeAddr(t) // free a moment ago: nothing listens there
+	for _, asJSON := range []bool{false, true} {
+		args := []string{"bench", "--clients", "2", "--duration", "1s", "--dsn", live, "--dsn", "etcd://u:secret@" + dead + "?dial_timeout=2s"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		r := runCLI(t, args...)
+		assert.Equal(t, exitError, r.code, "stderr: %s", r.stderr)
+		oneLineErr(t, r.stderr)
+		assert.True(t, strings.HasPrefix(r.stderr, "dlock bench: etcd://u:xxxxx@"+dead+"?dial_timeout=2s: "), "the failure names its DSN: %s", r.stderr)
+		for _, not := range []string{"secret", "--endpoints", "--dial-timeout", "within 0s"} {
+			assert.NotContains(t, r.stderr, not)
+		}
+		if asJSON {
+			var b benchRecord
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &b), r.stdout)
+			assert.Equal(t, live, b.DSN)
+			assert.Positive(t, b.Ops)
+		} else {
+			assert.Contains(t, r.stdout, live+": acquire latency histogram (")
+			assert.NotContains(t, r.stdout, dead)
+		}
+		t.Logf("dlock %s\nstdout:\n%sstderr: %s", strings.Join(args[1:], " "), r.stdout, r.stderr)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
 	"github.com/dlock-go/dlock/fence"
@@ -26,8 +27,9 @@ import (
 const checkFenceDescription = `
 Checks that the S3-compatible store behind s3://BUCKET[/PREFIX] honours the
 conditional writes that fencing relies on (package contrib/s3fence), before
-you trust it with fenced writes. It prints each check with PASS or FAIL and
-stops at the first failure:
+you trust it with fenced writes. It prints each check on stdout, PASS or
+FAIL with what the store must do to pass, and stops at the first failure,
+whose error goes to stderr:
 
   the checks s3fence.New runs, on one probe object: a PUT with
   If-None-Match: * on an absent key is accepted and keeps its metadata; a
@@ -87,7 +89,9 @@ func runCheckFence(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
-	var loadOpts []func(*config.LoadOptions) error
+	// The SDK logs some warnings (a response without a checksum, say) to
+	// stderr on its own; what matters reaches the user as a check's error.
+	loadOpts := []func(*config.LoadOptions) error{config.WithLogger(logging.Nop{})}
 	if *region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(*region))
 	}
@@ -123,9 +127,11 @@ func runCheckFence(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "checking s3://%s/%s at %s (region %s)\n", bucket, prefix, where, cfg.Region)
 
+	// A failed check is printed with what it expected; its error, once,
+	// on stderr (report).
 	checks, err := s3fence.Verify(ctx, client, bucket, opts...)
 	for _, c := range checks {
-		printCheck(e, c.Name, c.Expect, c.Err)
+		printCheck(e, c.Name, c.Expect, c.Err == nil)
 	}
 	if err != nil {
 		if errors.Is(err, s3fence.ErrUnsafeStore) {
@@ -142,20 +148,22 @@ func runCheckFence(ctx context.Context, e *env, args []string) error {
 	expect := fmt.Sprintf("%d writers, tokens 1..%d interleaved: none written after a higher one; the key ends with the highest", *writers, *tokens)
 	summary, err := concurrentCheck(ctx, client, g, prefix, *writers, *tokens)
 	if err != nil {
-		printCheck(e, name, expect, err)
+		printCheck(e, name, expect, false)
 		return fmt.Errorf("s3://%s cannot fence writes: %w", bucket, err)
 	}
-	printCheck(e, name, expect+": "+summary, nil)
+	printCheck(e, name, expect+": "+summary, true)
 	fmt.Fprintf(e.stdout, "ok: s3://%s honours the conditional writes that s3fence relies on (probe objects deleted)\n", bucket)
 	return nil
 }
 
-func printCheck(e *env, name, expect string, err error) {
-	if err != nil {
-		fmt.Fprintf(e.stdout, "FAIL  %-29s %s\n", name, oneLine(err.Error()))
-		return
+// printCheck prints one check's line: PASS or FAIL, its name, and what it
+// expects of the store.
+func printCheck(e *env, name, expect string, passed bool) {
+	verdict := "FAIL"
+	if passed {
+		verdict = "PASS"
 	}
-	fmt.Fprintf(e.stdout, "PASS  %-29s %s\n", name, expect)
+	fmt.Fprintf(e.stdout, "%s  %-29s %s\n", verdict, name, expect)
 }
 
 // parseS3URL splits s3://BUCKET[/PREFIX] into the bucket and a prefix that

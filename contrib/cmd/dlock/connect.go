@@ -39,7 +39,7 @@ type connFlags struct {
 	withTTL     bool   // --ttl is registered
 	envDSN      string // $DLOCK_DSN when register ran
 	endpoints   string
-	dsn         string
+	dsn         dsnFlag
 	prefix      string
 	ttl         time.Duration
 	dialTimeout time.Duration
@@ -57,7 +57,7 @@ func (f *connFlags) register(fs *flagSet, e *env, withTTL bool) {
 			"redis, redlock: the grant's validity, renewed every TTL/3 while held"
 	}
 	fs.StringVar(&f.endpoints, "endpoints", defaultEndpoints, "etcd endpoints, comma-separated (host:port or http://host:port), plaintext; for TLS use --dsn etcds://")
-	fs.StringVar(&f.dsn, "dsn", "", dsnHelp)
+	fs.Var(&f.dsn, "dsn", dsnHelp)
 	fs.StringVar(&f.prefix, "prefix", dlock.DefaultPrefix, prefixHelp)
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", defaultDialTimeout, "give up connecting after this long")
 	if withTTL {
@@ -70,7 +70,7 @@ func (f *connFlags) register(fs *flagSet, e *env, withTTL bool) {
 func (f *connFlags) dsnSource(fs *flagSet) (dsn, from string) {
 	switch {
 	case isSet(fs, "dsn"):
-		return f.dsn, "--dsn"
+		return string(f.dsn), "--dsn"
 	case isSet(fs, "endpoints"):
 		return "", ""
 	}
@@ -148,14 +148,22 @@ func (f *connFlags) list() []string {
 // against plaintext or the reverse, a certificate refused); that
 // explanation is kept as it is. Only a bare timeout, which Open could not
 // explain (a server that accepts connections and then says nothing), gets
-// a generic hint about the flags.
-func open(ctx context.Context, cfg dlock.Config) (*dlock.Client, error) {
+// a generic hint: flags names the flags of the subcommand that set the
+// address and the dial timeout.
+func open(ctx context.Context, cfg dlock.Config, flags string) (*dlock.Client, error) {
 	c, err := dlock.Open(ctx, cfg)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !explained(err) {
-		err = fmt.Errorf("%w (no answer within %v: check the address, and that the server is up; see --dsn, --endpoints, --dial-timeout)", err, cfg.DialTimeout)
+		wait := cfg.DialTimeout
+		if wait == 0 {
+			wait = dlock.DefaultDialTimeout
+		}
+		err = fmt.Errorf("%w (no answer within %v: check the address, and that the server is up; see %s)", err, wait, flags)
 	}
 	return c, err
 }
+
+// connHint names the connection flags of run, elect and inspect, for open.
+const connHint = "--dsn, --endpoints, --dial-timeout"
 
 // explained reports whether err carries dlock.Open's diagnosis of a failed
 // connection. Open adds it as "<failure> (<diagnosis>)", wrapping the
@@ -205,3 +213,20 @@ func isSet(fs *flagSet, name string) bool {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
 }
+
+// dsnFlag is a --dsn flag. It refuses an empty DSN: --dsn "" is a mistake
+// (an unset variable in a script, say), not a request for the default,
+// which is what leaving --dsn out gives.
+type dsnFlag string
+
+func (f *dsnFlag) String() string { return string(*f) }
+
+func (f *dsnFlag) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errEmptyDSN
+	}
+	*f = dsnFlag(s)
+	return nil
+}
+
+var errEmptyDSN = errors.New("empty (give a DSN such as etcd://127.0.0.1:2379, or leave --dsn out to use $" + envDSN + " or the default)")

@@ -22,6 +22,8 @@
 //	dlock inspect [--json] [--election] [--watch] [flags] NAME
 //	dlock bench --dsn DSN [--dsn DSN...] [--clients 4] [--duration 5s] [--hold 0] [--json] [--progress]
 //	dlock check-fence [--endpoint URL] [--region R] [--path-style] [--writers 8] [--tokens 64] s3://BUCKET[/PREFIX]
+//	dlock version
+//	dlock help [COMMAND]
 //
 // demo starts etcd inside the process and replays the classic failure: A
 // holds a lock, pauses past its session timeout, B is granted the lock and
@@ -34,6 +36,12 @@
 // and "consul lock" but with a token CMD can hand to the resources it
 // writes. It works on every backend: etcd (--endpoints, or --dsn etcd://),
 // one Redis node (--dsn redis://) or Redlock (--dsn redlock://h1,h2,h3).
+// A run that must wait says so on stderr, once, with who holds the lock
+// (on etcd its owner and token, and how many wait ahead; on Redis
+// "another client"), and again every minute while it waits:
+//
+//	dlock run: waiting for lock "jobs/nightly": held by host/4242 (token 4711); 2 waiting ahead
+//
 // A Redis or Redlock grant is renewed every TTL/3 while CMD runs. A Redlock
 // grant has no fencing token: $DLOCK_TOKEN is then "<name>:0", which every
 // fence guard rejects, and run prints a warning to stderr. If the lock is
@@ -86,9 +94,15 @@
 // must be refused with 412, among others) and a concurrent check (fenced
 // writes of interleaved tokens from several writers to one key), prints
 // each with PASS or FAIL, deletes its probe objects under PREFIX, and
-// exits 1 at the first failure. The store and credentials come from the
-// standard AWS configuration (AWS_ENDPOINT_URL, AWS_REGION,
-// AWS_ACCESS_KEY_ID, ...); --endpoint and --region override it.
+// exits 1 at the first failure, with its error on stderr. It takes no DSN:
+// the store and credentials come from the standard AWS configuration
+// (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...); --endpoint and
+// --region override it.
+//
+// version prints "dlock <version> (<go version>, ...)": the module version
+// of a "go install ...@v0.1.0" build, or "(devel)" for a "go build" in a
+// checkout, with the VCS revision when the build recorded it.
+// "dlock --version" is the same.
 //
 // elect and inspect talk to etcd only, and so does run by default:
 // --endpoints (default 127.0.0.1:2379, plaintext) or --dsn
@@ -115,12 +129,16 @@
 // # Environment
 //
 //	DLOCK_DSN    the default of --dsn in run, elect, inspect and bench;
-//	             --dsn or --endpoints, when given, win
+//	             --dsn or --endpoints, when given, win; unset or empty:
+//	             the default (--endpoints 127.0.0.1:2379; bench needs a DSN).
+//	             An empty --dsn '' is a usage error, not the default.
 //	DLOCK_LOCK   run: set for CMD, the lock's name
 //	DLOCK_TOKEN  run: set for CMD, the fencing token ("<name>:<seq>")
 //
-// Every subcommand has --help. Flags of elect, inspect and bench may also
-// follow their arguments; run's flags must come before "--".
+// Every subcommand has --help ("dlock help COMMAND" is the same); help
+// asked for goes to stdout, usage errors to stderr. Flags of elect,
+// inspect and bench may also follow their arguments; run's flags must come
+// before "--".
 //
 // # Exit codes
 //
@@ -132,7 +150,8 @@
 //	128+N  run: interrupted by signal N while waiting for the lock, or CMD killed by signal N
 //
 // Otherwise run exits with CMD's exit code. Errors are printed to stderr as
-// one line, "dlock <command>: <what went wrong>".
+// one line, "dlock <command>: <what went wrong>"; bench prints the results
+// of the backends that ran before the error naming the DSN that failed.
 //
 // # Caveats
 //

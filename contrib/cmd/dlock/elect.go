@@ -51,7 +51,7 @@ func runElect(ctx context.Context, e *env, args []string) error {
 		return usageError("%v", err)
 	}
 
-	client, err := open(ctx, cfg)
+	client, err := open(ctx, cfg, connHint)
 	if err != nil {
 		return err
 	}

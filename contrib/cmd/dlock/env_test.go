@@ -108,9 +108,9 @@ func TestHelpMentionsEnvAndTLS(t *testing.T) {
 	for _, cmd := range []string{"run", "elect", "inspect", "bench"} {
 		r := runCLI(t, cmd, "--help")
 		require.Equal(t, 0, r.code, cmd)
-		assert.Contains(t, r.stderr, "$DLOCK_DSN", cmd)
-		assert.Contains(t, r.stderr, "etcds://", cmd)
+		assert.Contains(t, r.stdout, "$DLOCK_DSN", cmd)
+		assert.Contains(t, r.stdout, "etcds://", cmd)
 	}
 	r := runCLI(t, "run", "--help")
-	assert.True(t, strings.Contains(r.stderr, "SIGKILL") && strings.Contains(r.stderr, "parent-death signal"), "run --help says what happens to CMD when dlock is killed")
+	assert.True(t, strings.Contains(r.stdout, "SIGKILL") && strings.Contains(r.stdout, "parent-death signal"), "run --help says what happens to CMD when dlock is killed")
 }

@@ -75,6 +75,7 @@ type inspectEntry struct {
 	Seq            int64  `json:"seq"`               // the key's create revision
 	Owner          string `json:"owner"`
 	Lease          string `json:"lease"` // hex, as etcdctl prints it
+	lease          int64  // the same, as etcd returns it (0: none)
 	TTLLeftSeconds int64  `json:"ttl_left_seconds"`
 	GrantedTTL     int64  `json:"granted_ttl_seconds"`
 	RevisionsAgo   int64  `json:"revisions_ago"`
@@ -118,7 +119,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	client, err := open(ctx, cfg)
+	client, err := open(ctx, cfg, connHint)
 	if err != nil {
 		return err
 	}
@@ -192,6 +193,33 @@ type inspector struct {
 
 // read reads the queue and the leases of its keys.
 func (in *inspector) read(ctx context.Context) (inspectResult, error) {
+	res, err := in.queue(ctx)
+	if err != nil {
+		return res, err
+	}
+	leases := make(map[string]*clientv3.LeaseTimeToLiveResponse)
+	for _, ens := range [][]inspectEntry{res.Holders, res.Waiting} {
+		for i := range ens {
+			en := &ens[i]
+			if en.lease == 0 {
+				continue
+			}
+			ttl, ok := leases[en.Lease]
+			if !ok {
+				if ttl, err = in.cli.TimeToLive(ctx, clientv3.LeaseID(en.lease)); err != nil {
+					return inspectResult{}, fmt.Errorf("lease %s of %s: %w", en.Lease, en.Key, err)
+				}
+				leases[en.Lease] = ttl
+			}
+			en.TTLLeftSeconds, en.GrantedTTL = ttl.TTL, ttl.GrantedTTL
+		}
+	}
+	return res, nil
+}
+
+// queue reads the queue in one request: its entries, who holds and who
+// waits, without their leases' time left (TTLLeftSeconds -1).
+func (in *inspector) queue(ctx context.Context) (inspectResult, error) {
 	prefix := in.keys.prefix
 	resp, err := in.cli.Get(ctx, prefix, clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -199,7 +227,6 @@ func (in *inspector) read(ctx context.Context) (inspectResult, error) {
 		return inspectResult{}, fmt.Errorf("read %s: %w", prefix, err)
 	}
 	res := inspectResult{Name: in.name, Prefix: prefix, Revision: resp.Header.Revision, Holders: []inspectEntry{}, Waiting: []inspectEntry{}}
-	leases := make(map[int64]*clientv3.LeaseTimeToLiveResponse)
 	writers := 0 // entries before this one that are not readers
 	for i, kv := range resp.Kvs {
 		en := inspectEntry{
@@ -209,6 +236,7 @@ func (in *inspector) read(ctx context.Context) (inspectResult, error) {
 			Seq:            kv.CreateRevision,
 			Owner:          string(kv.Value),
 			Lease:          fmt.Sprintf("%x", kv.Lease),
+			lease:          kv.Lease,
 			TTLLeftSeconds: -1,
 			RevisionsAgo:   resp.Header.Revision - kv.CreateRevision,
 		}
@@ -225,16 +253,6 @@ func (in *inspector) read(ctx context.Context) (inspectResult, error) {
 		default:
 			en.Kind = kindWriteName
 			writers++
-		}
-		if kv.Lease != 0 {
-			ttl, ok := leases[kv.Lease]
-			if !ok {
-				if ttl, err = in.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
-					return inspectResult{}, fmt.Errorf("lease %x of %s: %w", kv.Lease, kv.Key, err)
-				}
-				leases[kv.Lease] = ttl
-			}
-			en.TTLLeftSeconds, en.GrantedTTL = ttl.TTL, ttl.GrantedTTL
 		}
 		if holds {
 			en.State = stateHolder

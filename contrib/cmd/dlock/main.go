@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -36,6 +38,7 @@ var commands = []command{
 	{"inspect", "show a lock's holder and wait queue", runInspect},
 	{"bench", "measure acquire latency, handoff latency and throughput per backend", runBench},
 	{"check-fence", "check that an S3-compatible store honours the conditional writes fencing needs", runCheckFence},
+	{"version", "print dlock's version: module version, Go version and VCS revision", runVersion},
 }
 
 // env is what a subcommand talks to: its output streams and environment.
@@ -58,28 +61,59 @@ type nopLogger struct{}
 func (nopLogger) Printf(context.Context, string, ...any) {}
 
 // mainExit runs the subcommand named by args[0] and returns the process's
-// exit code. Errors are printed as one line: "dlock <cmd>: <error>".
+// exit code. Errors are printed as one line: "dlock <cmd>: <error>". Help
+// asked for (--help, help) goes to stdout; usage errors go to stderr.
 func mainExit(args []string, e *env) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(e.stderr)
-		if len(args) == 0 {
-			return exitUsage
-		}
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(e.stdout)
 		return exitOK
+	case "help":
+		return help(e, args[1:])
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
+	c, ok := lookup(args[0])
+	if !ok {
+		fmt.Fprintf(e.stderr, "dlock: unknown command %q (try: dlock --help)\n", args[0])
+		return exitUsage
+	}
+	// The first SIGINT or SIGTERM cancels ctx; subcommands decide what
+	// that means (run forwards it to its child).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return report(e, c.name, c.run(ctx, e, args[1:]))
+}
+
+// help runs "dlock help [COMMAND]": the overview, or COMMAND's --help.
+func help(e *env, args []string) int {
+	switch {
+	case len(args) == 0:
+		usage(e.stdout)
+		return exitOK
+	case len(args) > 1:
+		fmt.Fprintf(e.stderr, "dlock help: want at most one command; got %d (try: dlock --help)\n", len(args))
+		return exitUsage
+	}
+	if _, ok := lookup(args[0]); !ok {
+		fmt.Fprintf(e.stderr, "dlock help: unknown command %q (try: dlock --help)\n", args[0])
+		return exitUsage
+	}
+	return mainExit([]string{args[0], "--help"}, e)
+}
+
+// lookup returns the subcommand called name.
+func lookup(name string) (command, bool) {
 	for _, c := range commands {
-		if c.name != args[0] {
-			continue
+		if c.name == name {
+			return c, true
 		}
-		// The first SIGINT or SIGTERM cancels ctx; subcommands decide what
-		// that means (run forwards it to its child).
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		err := c.run(ctx, e, args[1:])
-		return report(e, c.name, err)
 	}
-	fmt.Fprintf(e.stderr, "dlock: unknown command %q (try: dlock --help)\n", args[0])
-	return exitUsage
+	return command{}, false
 }
 
 // report prints err as one line and returns the exit code it stands for.
@@ -144,9 +178,9 @@ Commands:
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
-Run "dlock <command> --help" for a command's flags.
+Run "dlock help <command>" (or "dlock <command> --help") for a command's flags.
 $DLOCK_DSN is the default of --dsn (etcd://, etcds:// for TLS, redis://, ...).
-Start here: go run ./contrib/cmd/dlock demo
+Start here: dlock demo
 `)
 }
 
@@ -158,15 +192,19 @@ type flagSet struct {
 
 // newFlagSet returns a flag set that reports errors instead of exiting or
 // printing them (report prints them, on one line) and prints its help
-// (synopsis, description, flags) to e.stderr on --help.
+// (synopsis, description, flags) to e.stdout on --help: help asked for is
+// output, not an error.
 func newFlagSet(e *env, name, synopsis, description string) *flagSet {
 	fs := flag.NewFlagSet("dlock "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	help := func() {
-		fmt.Fprintf(e.stderr, "Usage: dlock %s %s\n\n%s\n\nFlags:\n", name, synopsis, strings.TrimSpace(description))
-		fs.SetOutput(e.stderr)
-		fs.PrintDefaults()
+		fmt.Fprintf(e.stdout, "Usage: %s\n\n%s\n", strings.TrimSpace("dlock "+name+" "+synopsis), strings.TrimSpace(description))
+		if hasFlags(fs) {
+			fmt.Fprint(e.stdout, "\nFlags:\n")
+			fs.SetOutput(e.stdout)
+			fs.PrintDefaults()
+		}
 		fs.SetOutput(io.Discard)
 	}
 	return &flagSet{FlagSet: fs, help: help}
@@ -182,7 +220,7 @@ func parse(fs *flagSet, args []string, interleave bool) ([]string, error) {
 				fs.help()
 				return nil, err
 			}
-			return nil, usageError("%v", err)
+			return nil, flagError(fs, err)
 		}
 		rest := fs.Args()
 		if !interleave || len(rest) == 0 {
@@ -195,4 +233,53 @@ func parse(fs *flagSet, args []string, interleave bool) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// hasFlags reports whether fs defines any flag.
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// badValue matches the flag package's error for a value its flag's Set
+// refused, e.g. `invalid value "abc" for flag -ttl: parse error`.
+var badValue = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-(\S+): (.*)$`)
+
+// flagError returns the usage error for err, a flag parse error. A value
+// the flag refused is reported with the flag and, where the flag package
+// says only "parse error", what was wanted: `--ttl "abc": not a duration
+// (e.g. 10s)`.
+func flagError(fs *flagSet, err error) error {
+	m := badValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return usageError("%v", err)
+	}
+	value, name, why := m[1], m[2], m[3]
+	var typed any
+	if f := fs.Lookup(name); f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			typed = g.Get()
+		}
+	}
+	if why == "parse error" {
+		switch typed.(type) {
+		case time.Duration:
+			why = "not a duration (e.g. 10s, 1m30s)"
+		case int:
+			why = "not a whole number (e.g. 4)"
+		case bool:
+			why = "not a boolean (true or false)"
+		}
+	}
+	return usageError("--%s %s: %s", name, value, why)
+}
+
+// parseNoArgs parses args for a subcommand that takes flags only.
+func parseNoArgs(fs *flagSet, args []string) error {
+	pos, err := parse(fs, args, false)
+	if err == nil && len(pos) > 0 {
+		err = usageError("unexpected argument %q", pos[0])
+	}
+	return err
 }

@@ -98,13 +98,14 @@ func environ(env []string) []string {
 	return append(out, env...)
 }
 
-// proc is a running dlock whose stdout is read line by line.
+// proc is a running dlock whose stdout and stderr are read line by line.
 type proc struct {
-	cmd    *exec.Cmd
-	lines  chan string // stdout lines; closed at EOF
-	stderr *lockedBuffer
-	waited chan struct{}
-	err    error
+	cmd      *exec.Cmd
+	lines    chan string   // stdout lines; closed at EOF
+	errLines chan string   // stderr lines (the first 100); closed at EOF
+	stderr   *lockedBuffer // all of stderr
+	waited   chan struct{}
+	err      error
 }
 
 // start starts the binary with args; it is killed at the latest when the
@@ -127,17 +128,33 @@ func startAttr(t *testing.T, env []string, attr *syscall.SysProcAttr, args ...st
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = environ(env)
 	cmd.SysProcAttr = attr
-	p := &proc{cmd: cmd, lines: make(chan string, 100), stderr: &lockedBuffer{}, waited: make(chan struct{})}
-	cmd.Stderr = p.stderr
+	p := &proc{cmd: cmd, lines: make(chan string, 100), errLines: make(chan string, 100), stderr: &lockedBuffer{}, waited: make(chan struct{})}
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
+	errOut, err := cmd.StderrPipe()
+	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	go func() {
+	var reads sync.WaitGroup
+	reads.Go(func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			p.lines <- sc.Text()
 		}
 		close(p.lines)
+	})
+	reads.Go(func() {
+		sc := bufio.NewScanner(errOut)
+		for sc.Scan() {
+			p.stderr.Write([]byte(sc.Text() + "\n"))
+			select {
+			case p.errLines <- sc.Text():
+			default: // nobody reads them: keep the buffer's first lines
+			}
+		}
+		close(p.errLines)
+	})
+	go func() {
+		reads.Wait() // Wait closes the pipes: read them to the end first
 		p.err = cmd.Wait()
 		cancel()
 		close(p.waited)
@@ -153,17 +170,31 @@ func startAttr(t *testing.T, env []string, attr *syscall.SysProcAttr, args ...st
 // test if the process ends or cmdTimeout passes first.
 func (p *proc) waitLine(t *testing.T, substr string) string {
 	t.Helper()
+	return p.waitIn(t, p.lines, "stdout", substr)
+}
+
+// waitErrLine returns the first stderr line containing substr, failing the
+// test if stderr ends or cmdTimeout passes first.
+func (p *proc) waitErrLine(t *testing.T, substr string) string {
+	t.Helper()
+	return p.waitIn(t, p.errLines, "stderr", substr)
+}
+
+// waitIn returns the first line of lines, p's stream called stream, that
+// contains substr.
+func (p *proc) waitIn(t *testing.T, lines <-chan string, stream, substr string) string {
+	t.Helper()
 	timeout := time.NewTimer(cmdTimeout)
 	defer timeout.Stop()
 	for {
 		select {
-		case l, ok := <-p.lines:
-			require.True(t, ok, "dlock ended before printing %q; stderr: %s", substr, p.stderr)
+		case l, ok := <-lines:
+			require.True(t, ok, "dlock's %s ended before a line with %q; stderr: %s", stream, substr, p.stderr)
 			if strings.Contains(l, substr) {
 				return l
 			}
 		case <-timeout.C:
-			require.FailNow(t, "no line "+substr, "stderr: %s", p.stderr)
+			require.FailNow(t, "no "+stream+" line with "+substr, "stderr: %s", p.stderr)
 		}
 	}
 }
@@ -212,12 +243,23 @@ func (b *lockedBuffer) String() string {
 	return b.b.String()
 }
 
-// oneLineErr asserts that stderr is exactly one line starting with "dlock".
+// oneLineErr asserts that stderr is exactly one line starting with
+// "dlock", besides the notes of a run that waited (see waitNotes).
 func oneLineErr(t *testing.T, stderr string) {
 	t.Helper()
-	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(stderr, "\n"), "\n") {
+		if !isWaitNote(l) {
+			lines = append(lines, l)
+		}
+	}
 	require.Len(t, lines, 1, "stderr: %q", stderr)
 	require.True(t, strings.HasPrefix(lines[0], "dlock"), "stderr: %q", stderr)
+}
+
+// isWaitNote reports whether l is a waiting run's note.
+func isWaitNote(l string) bool {
+	return strings.HasPrefix(l, "dlock run: waiting for ") || strings.HasPrefix(l, "dlock run: still waiting for ")
 }
 
 // trapTERM returns a shell script for a child that prints "ready" and waits

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,6 +22,15 @@ lock's name in $DLOCK_LOCK and its fencing token in $DLOCK_TOKEN
 ("<name>:<seq>", the fence wire form): pass the token on with every write,
 so that the resource can reject a write from a holder that has lost the
 lock (see "dlock demo").
+
+While it waits, dlock says so on stderr: once when it finds the lock
+taken, with who holds it, and again every minute while it still waits,
+with the holder of that moment, for example
+  dlock run: waiting for lock "jobs/nightly": held by host/4242 (token 4711); 2 waiting ahead
+On etcd the holder is the owner its run stored (see --owner) and its
+token, as "dlock inspect" shows them (etcd keeps no timestamps, so not
+since when); Redis and Redlock do not record who holds a lock: "held by
+another client". A free lock is granted without a word.
 
 The lock lives on etcd (--endpoints, or --dsn etcd://...), on one Redis
 node (--dsn redis://...) or on Redlock masters (--dsn redlock://h1,h2,h3).
@@ -88,8 +98,9 @@ renewal (Redis, Redlock) has come for a TTL: on Linux CMD's tree is gone
 long before; elsewhere, a CMD still running by then runs unlocked, and
 only a resource that checks $DLOCK_TOKEN stops its writes.
 
-The DSN may also come from $DLOCK_DSN; --dsn or --endpoints, when given,
-win. TLS to etcd or Redis goes through the DSN: etcds://, rediss://,
+The DSN may also come from $DLOCK_DSN (unset or empty: --endpoints'
+default); --dsn or --endpoints, when given, win; an empty --dsn is an
+error. TLS to etcd or Redis goes through the DSN: etcds://, rediss://,
 redlocks:// with cacert, cert and key files (mutual TLS) and server_name.
 
 Exit codes:
@@ -178,7 +189,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 		<-watching
 		return sig
 	}
-	client, err := open(actx, cfg)
+	client, err := open(actx, cfg, connHint)
 	if err != nil {
 		return interrupted(signalled(), err)
 	}
@@ -189,7 +200,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 		defer ccancel()
 		client.Close(cctx)
 	}()
-	acquire, err := acquirer(client, *name, *owner, kind, *permits)
+	acq, err := acquirer(client, *name, *owner, kind, *permits, e.stderr)
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -199,7 +210,7 @@ func runRun(_ context.Context, e *env, args []string) error {
 		lctx, lcancel = context.WithTimeout(actx, *timeout)
 		defer lcancel()
 	}
-	held, err := acquire(lctx)
+	held, err := acq.acquire(lctx)
 	sig = signalled()
 	if err != nil {
 		if sig == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -259,20 +270,62 @@ func parseKind(fs *flagSet, permits int, shared, rw bool) (runKind, error) {
 	return 0, usageError("%s and %s are mutually exclusive", kinds[0].flag(), kinds[1].flag())
 }
 
-// acquirer returns the acquire of what kind asks for on the lock name: the
-// Client's Locker, or an etcd Semaphore or RWMutex on the Client's
-// sessions, in the same queue as the Locker's Mutex (see etcdLockOptions).
-func acquirer(client *dlock.Client, name, owner string, kind runKind, permits int) (func(context.Context) (lock.Held, error), error) {
+// acquisition is how run acquires what it holds: try (no waiting), lock
+// (waiting in line), and the notes that say it waits.
+type acquisition struct {
+	try, lock func(context.Context) (lock.Held, error)
+	notes     waitNotes
+}
+
+// acquire tries first: a free lock is granted by that one attempt, as
+// Lock would grant it. If the lock is taken, it says so on stderr (see
+// waitNotes) while Lock waits. Any other failure of the try is left to
+// Lock, which retries or reports it as it would have without the try.
+func (a *acquisition) acquire(ctx context.Context) (lock.Held, error) {
+	h, err := a.try(ctx)
+	switch {
+	case err == nil:
+		return h, nil
+	case ctx.Err() != nil:
+		return nil, err
+	case errors.Is(err, lock.ErrLocked):
+		defer a.notes.start(ctx)()
+	}
+	return a.lock(ctx)
+}
+
+// acquirer returns the acquisition of what kind asks for on the lock
+// name: the Client's Locker, or an etcd Semaphore or RWMutex on the
+// Client's sessions, in the same queue as the Locker's Mutex (see
+// etcdLockOptions). Its notes go to w.
+func acquirer(client *dlock.Client, name, owner string, kind runKind, permits int, w io.Writer) (*acquisition, error) {
 	var lopts []dlock.LockerOption
 	if owner != "" {
 		lopts = append(lopts, dlock.WithOwner(owner))
 	}
 	l, err := client.Locker(name, lopts...)
-	switch {
-	case err != nil:
+	if err != nil {
 		return nil, err
-	case kind == kindLock:
-		return l.Lock, nil
+	}
+	a := &acquisition{try: l.TryLock, lock: l.Lock, notes: waitNotes{w: w, what: fmt.Sprintf("lock %q", name), every: waitNoteEvery}}
+	if client.Source() == nil { // Redis, Redlock: kindLock only
+		return a, nil
+	}
+	keys, err := queueKeysOf(client, name, false)
+	if err != nil {
+		return nil, err
+	}
+	src := client.Source()
+	a.notes.queue = &inspector{cli: src.Client(), name: name, keys: keys}
+	a.notes.self = func(ctx context.Context) int64 {
+		s, err := src.Current(ctx)
+		if err != nil {
+			return 0
+		}
+		return int64(s.Lease())
+	}
+	if kind == kindLock {
+		return a, nil
 	}
 	opts, err := etcdLockOptions(client, name, l)
 	if err != nil {
@@ -281,21 +334,29 @@ func acquirer(client *dlock.Client, name, owner string, kind runKind, permits in
 	if owner != "" {
 		opts = append(opts, lock.WithOwner(owner))
 	}
-	if kind == kindPermit {
-		sem, err := lock.NewSemaphore(client.Source(), name, permits, opts...)
+	switch kind {
+	case kindPermit:
+		sem, err := lock.NewSemaphore(src, name, permits, opts...)
 		if err != nil {
 			return nil, err
 		}
-		return sem.Acquire, nil
+		a.try, a.lock = sem.TryAcquire, sem.Acquire
+		a.notes.what = fmt.Sprintf("a permit of %q (%d permits)", name, permits)
+		if permits == 1 {
+			a.notes.what = fmt.Sprintf("a permit of %q (1 permit)", name)
+		}
+		return a, nil
 	}
-	rw, err := lock.NewRWMutex(client.Source(), name, opts...)
+	rw, err := lock.NewRWMutex(src, name, opts...)
 	if err != nil {
 		return nil, err
 	}
+	a.try, a.lock = rw.TryLock, rw.Lock
 	if kind == kindRead {
-		return rw.RLock, nil
+		a.try, a.lock = rw.TryRLock, rw.RLock
+		a.notes.what = fmt.Sprintf("lock %q (shared)", name)
 	}
-	return rw.Lock, nil
+	return a, nil
 }
 
 // runHolding runs argv while held lasts, and returns the exit status.

@@ -93,12 +93,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 
 	var cfg dlock.Config
 	if *dsn == "" {
-		e, err := startEtcd(ctx)
+		addr, stopEtcd, err := startEtcd(ctx)
 		if err != nil {
 			return err
 		}
-		defer e.close()
-		cfg = dlock.Config{Backend: dlock.BackendEtcd, Endpoints: []string{e.addr}}
+		defer stopEtcd()
+		cfg = dlock.Config{Backend: dlock.BackendEtcd, Endpoints: []string{addr}}
 	} else if cfg, err = dlock.ParseDSN(*dsn); err != nil {
 		return err
 	}
@@ -198,73 +198,38 @@ func wait(ctx context.Context, d time.Duration, done <-chan struct{}) {
 	}
 }
 
-// embeddedEtcd is a one-member etcd of the example's own.
-type embeddedEtcd struct {
-	e    *embed.Etcd
-	dir  string
-	addr string // client host:port
-}
-
-func (e *embeddedEtcd) close() {
-	e.e.Close()
-	_ = os.RemoveAll(e.dir)
-}
-
-// startEtcd starts a one-member etcd on free loopback ports, with its data
-// in a temporary directory and its logs discarded.
-func startEtcd(ctx context.Context) (*embeddedEtcd, error) {
-	clientAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	peerAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
+// startEtcd starts a one-member etcd on loopback ports the kernel picks,
+// with its data in a temporary directory and its logs discarded, and
+// returns its client address and a function that stops it and removes
+// the data.
+//
+// The CLI's demo (contrib/cmd/dlock/demo.go) starts an embedded etcd too.
+// Each has its own: the two are modules of their own, and the only module
+// both import, the core, must not depend on etcd's server. This one is
+// the least an example needs (etcd's defaults but for the addresses); the
+// demo's is tuned for its timeline.
+func startEtcd(ctx context.Context) (addr string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "dlock-prometheus-")
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	cu := url.URL{Scheme: "http", Host: clientAddr}
-	pu := url.URL{Scheme: "http", Host: peerAddr}
+	loopback := []url.URL{{Scheme: "http", Host: "127.0.0.1:0"}}
 	cfg := embed.NewConfig()
-	cfg.Name = "example"
 	cfg.Dir = dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	cfg.TickMs, cfg.ElectionMs = 50, 500 // a single member elects itself sooner
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"/dev/null"}
-	cfg.UnsafeNoFsync = true // a throwaway cluster
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls, cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = loopback, loopback, loopback, loopback
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogOutputs = []string{os.DevNull}
 	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start etcd: %w", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return &embeddedEtcd{e: e, dir: dir, addr: clientAddr}, nil
-	case err := <-e.Err():
-		err = fmt.Errorf("etcd: %w", err)
+	if err == nil {
+		select {
+		case <-e.Server.ReadyNotify():
+			return e.Clients[0].Addr().String(), func() { e.Close(); _ = os.RemoveAll(dir) }, nil
+		case err = <-e.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 		e.Close()
-		_ = os.RemoveAll(dir)
-		return nil, err
-	case <-ctx.Done():
-		e.Server.Stop()
-		e.Close()
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("etcd not ready: %w", ctx.Err())
 	}
-}
-
-// freeAddr returns a loopback address with a port free at the time of the
-// call.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	_ = os.RemoveAll(dir)
+	return "", nil, fmt.Errorf("embedded etcd: %w", err)
 }
