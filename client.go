@@ -78,9 +78,10 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 // openEtcd creates the etcd client and starts the first session within
-// ctx. Given a user and password, the client logs in before it returns,
-// within its own dial timeout: connect, so that ctx's explanation of a
-// failure comes the same with credentials or without.
+// ctx. Given a user and password, the client logs in before New returns,
+// within the client's dial timeout: that is set to connect, ctx's share
+// of Open's, so that the rest is left to explain a failure, as it is
+// without credentials.
 func (c *Client) openEtcd(ctx context.Context, connect time.Duration) error {
 	ec := c.cfg.etcdConfig()
 	ec.DialTimeout = connect
