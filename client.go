@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,24 +58,15 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	defer cancel()
 	// The connection gets the dial timeout but a little, which explains
 	// a failure (see explain).
-	cctx, ccancel := context.WithTimeout(ctx, cfg.DialTimeout-min(probeTimeout, cfg.DialTimeout/5))
+	connect := cfg.DialTimeout - min(probeTimeout, cfg.DialTimeout/5)
+	cctx, ccancel := context.WithTimeout(ctx, connect)
 	defer ccancel()
 	c := &Client{cfg: cfg}
 	switch cfg.Backend {
 	case BackendEtcd:
-		cli, err := clientv3.New(cfg.etcdConfig())
-		if err != nil {
-			return nil, fmt.Errorf("dlock: etcd: %w", err)
-		}
-		mgr, err := session.NewManager(cli, cfg.sessionOptions()...)
-		if err == nil {
-			_, err = mgr.Current(cctx)
-		}
-		if err != nil {
-			cli.Close()
+		if err := c.openEtcd(cctx, connect); err != nil {
 			return nil, fmt.Errorf("dlock: etcd %v: %w", cfg.Endpoints, explain(ctx, err, cfg))
 		}
-		c.etcd, c.mgr = cli, mgr
 	default:
 		c.rdb = cfg.redisClients()
 		if err := c.pingRedis(cctx, ctx); err != nil {
@@ -82,6 +75,33 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		}
 	}
 	return c, nil
+}
+
+// openEtcd creates the etcd client and starts the first session within
+// ctx. Given a user and password, the client logs in before New returns,
+// within the client's dial timeout: that is set to connect, ctx's share
+// of Open's, so that the rest is left to explain a failure, as it is
+// without credentials.
+func (c *Client) openEtcd(ctx context.Context, connect time.Duration) error {
+	ec := c.cfg.etcdConfig()
+	ec.DialTimeout = connect
+	cli, err := clientv3.New(ec)
+	if err != nil && ec.Username != "" && ec.Password != "" {
+		return fmt.Errorf("log in as %q: %w", ec.Username, err)
+	}
+	if err != nil {
+		return err
+	}
+	mgr, err := session.NewManager(cli, c.cfg.sessionOptions()...)
+	if err == nil {
+		_, err = mgr.Current(ctx)
+	}
+	if err != nil {
+		cli.Close()
+		return err
+	}
+	c.etcd, c.mgr = cli, mgr
+	return nil
 }
 
 // etcdConfig is the etcd client configuration of c.
@@ -134,37 +154,61 @@ func (c Config) redisClients() []goredis.UniversalClient {
 	return rdb
 }
 
-// pingRedis requires every node (redis) or a majority (redlock) to answer
-// within ctx; failures are explained within outer.
+// pingRedis requires the node, Sentinel master or Cluster (redis) or a
+// majority of the nodes (redlock) to answer within ctx; failures are
+// explained within outer.
 func (c *Client) pingRedis(ctx, outer context.Context) error {
 	errs := make([]error, len(c.rdb))
 	var wg sync.WaitGroup
 	for i, r := range c.rdb {
-		wg.Go(func() {
-			if err := r.Ping(ctx).Err(); err != nil {
-				eps := c.cfg.Endpoints
-				if len(c.rdb) == len(eps) {
-					eps = eps[i : i+1]
-				}
-				errs[i] = fmt.Errorf("%s: %w", strings.Join(eps, ","), explain(outer, err, Config{Endpoints: eps, TLS: c.cfg.TLS}))
-			}
-		})
+		eps := c.cfg.Endpoints
+		if len(c.rdb) == len(eps) {
+			eps = eps[i : i+1]
+		}
+		wg.Go(func() { errs[i] = ping(ctx, outer, r, Config{Endpoints: eps, TLS: c.cfg.TLS}) })
 	}
 	wg.Wait()
-	failed := 0
-	for _, err := range errs {
+	if c.cfg.Backend == BackendRedis {
+		if errs[0] != nil {
+			return fmt.Errorf("dlock: redis: %s does not answer: %w", c.cfg.redisServer(), errs[0])
+		}
+		return nil
+	}
+	var failed []error
+	for i, err := range errs {
 		if err != nil {
-			failed++
+			failed = append(failed, fmt.Errorf("%s: %w", c.cfg.Endpoints[i], err))
 		}
 	}
-	need := len(c.rdb)
-	if c.cfg.Backend == BackendRedlock {
-		need = len(c.rdb)/2 + 1
-	}
-	if len(c.rdb)-failed < need {
-		return fmt.Errorf("dlock: %s: %d of %d nodes answer, need %d: %w", c.cfg.Backend, len(c.rdb)-failed, len(c.rdb), need, errors.Join(errs...))
+	n := len(c.rdb)
+	if need := n/2 + 1; n-len(failed) < need {
+		return fmt.Errorf("dlock: redlock: %d of %d nodes answer, need %d: %w", n-len(failed), n, need, errors.Join(failed...))
 	}
 	return nil
+}
+
+// ping sends PING through r, whose servers are cfg's endpoints. A failed
+// dial says where and why; any other failure (a timeout, EOF) is
+// explained within outer.
+func ping(ctx, outer context.Context, r goredis.UniversalClient, cfg Config) error {
+	err := r.Ping(ctx).Err()
+	var dial *net.OpError
+	if err == nil || errors.As(err, &dial) && dial.Op == "dial" {
+		return err
+	}
+	return explain(outer, err, cfg)
+}
+
+// redisServer names what a redis backend's client talks to.
+func (c Config) redisServer() string {
+	eps := strings.Join(c.Endpoints, ",")
+	switch {
+	case c.MasterName != "":
+		return fmt.Sprintf("the master %q of the sentinels %s", c.MasterName, eps)
+	case c.Cluster:
+		return "the cluster of the seed nodes " + eps
+	}
+	return "the node " + eps
 }
 
 // Config returns the Client's configuration, defaults filled in.

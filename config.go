@@ -52,8 +52,8 @@ type Config struct {
 	// "<prefix>:{<name>}"). Optional, defaults to DefaultPrefix ("dlock").
 	Prefix string
 	// TTL is the etcd session's lease TTL (a whole number of seconds, at
-	// least 2s) or the Redis lock validity. Optional, defaults to
-	// DefaultTTL (10s).
+	// least session.MinTTL, 2s) or the Redis lock validity (at least
+	// redis.MinTTL, 1s). Optional, defaults to DefaultTTL (10s).
 	TTL time.Duration
 	// DialTimeout bounds connecting to the servers in Open. Optional,
 	// defaults to DefaultDialTimeout (5s).

@@ -56,7 +56,7 @@ func TestParseDSN(t *testing.T) {
 		"etcd://h/{x}":                         "prefix",
 		"etcd://h/a%25b":                       "prefix",
 		"redis://h?ttl=1ms":                    "ttl",
-		"redlock://a,b,c?ttl=100ms":            "node timeout",
+		"redlock://a,b,c?ttl=100ms":            "ttl 100ms is below the minimum 1s",
 		"etcd://h?dial_timeout=0s":             "dial_timeout",
 		"etcd://h?cacert=ca.pem":               "TLS parameters need a TLS scheme (etcds://)",
 		"redis://h?cert=c.pem":                 "TLS parameters need a TLS scheme (rediss://)",
@@ -112,6 +112,9 @@ func FuzzParseDSN(f *testing.F) {
 	f.Add("redis+sentinel://s1,s2/p?master_name=m")
 	f.Add("redis+cluster://n1,n2,n3/p")
 	f.Add("redlocks://a,b,c?ttl=3s")
+	f.Add("ETCD://h?ttl=2s&colour=red")
+	f.Add("Redis://u:p%40@h?db=1&ttl=999ms")
+	f.Add("")
 	f.Fuzz(func(t *testing.T, dsn string) {
 		c, err := dlock.ParseDSN(dsn)
 		if err != nil {

@@ -27,11 +27,12 @@ func probeBudget(ctx context.Context) time.Duration {
 	return max(d, 10*time.Millisecond)
 }
 
-// explain adds to err, the failure to reach cfg's servers, what a TLS
-// handshake with each endpoint says about why: an endpoint that does not
-// accept connections, a plaintext client at a TLS server (or the reverse),
-// an untrusted certificate, a missing client certificate. etcd's client
-// only reports a deadline in those cases. The endpoints are probed
+// explain adds to err, the failure to reach cfg's servers, what a probe
+// of each endpoint says about why: an endpoint that does not accept
+// connections, a Redis server at an etcd DSN (or etcd at a Redis one), a
+// plaintext client at a TLS server (or the reverse), an untrusted
+// certificate, a missing client certificate. etcd's client only reports
+// a deadline in those cases. The endpoints are probed
 // together, on that failure path only; one that fails while others answer
 // is named as such, so that a dead member is not blamed for a cluster
 // that has no leader.
@@ -71,21 +72,28 @@ func explain(ctx context.Context, err error, cfg Config) error {
 	return fmt.Errorf("%w (%s)", err, why)
 }
 
-// diagnose dials addr and tries the TLS handshake that cfg implies. etcd
-// says whether the server is etcd (gRPC) rather than Redis.
+// diagnose dials addr and tries the TLS handshake that cfg implies; with
+// plaintext it first greets the server, to tell etcd from Redis (etcd
+// says which the backend is).
 func diagnose(ctx context.Context, addr string, cfg *tls.Config, etcd bool) string {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	conn, err := dial(ctx, addr)
 	if err != nil {
 		return fmt.Sprintf("%s does not accept connections: %v", addr, err)
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
 	host, _, _ := net.SplitHostPort(addr)
 	if cfg == nil {
-		// Plaintext configured: does the server speak TLS?
+		// Plaintext configured: is the server the other backend, or does
+		// it speak TLS? (A TLS handshake stalls at Redis: it waits for the
+		// end of a line.)
+		switch found := identify(ctx, addr); {
+		case etcd && found == "redis":
+			return addr + " is a Redis server, not etcd: use redis:// or redlock://"
+		case !etcd && found == "etcd":
+			return addr + " speaks HTTP/2 (gRPC), as etcd does, not Redis: use etcd://"
+		case found != "":
+			return ""
+		}
 		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, ServerName: host})
 		if tc.HandshakeContext(ctx) == nil {
 			return fmt.Sprintf("%s speaks TLS, and this client plaintext: use a TLS scheme (etcds://, rediss://) with cacert, or set Config.TLS", addr)
@@ -98,7 +106,7 @@ func diagnose(ctx context.Context, addr string, cfg *tls.Config, etcd bool) stri
 	}
 	tc := tls.Client(conn, c)
 	if err := tc.HandshakeContext(ctx); err != nil {
-		if errors.Is(err, io.EOF) && speaksPlaintext(ctx, addr, etcd) {
+		if errors.Is(err, io.EOF) && identify(ctx, addr) != "" {
 			return "TLS handshake with " + addr + ": the server speaks plaintext: use a plaintext scheme (etcd://, redis://) or no Config.TLS"
 		}
 		return "TLS handshake with " + addr + ": " + hint(err)
@@ -112,31 +120,45 @@ func diagnose(ctx context.Context, addr string, cfg *tls.Config, etcd bool) stri
 	return ""
 }
 
-// speaksPlaintext reports whether addr answers a plaintext greeting: the
-// HTTP/2 preface that gRPC (etcd) opens with, or a Redis PING.
-func speaksPlaintext(ctx context.Context, addr string, etcd bool) bool {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+// identify greets addr in plaintext with the HTTP/2 client preface that
+// gRPC (etcd) opens with, and tells the server by its answer: "etcd" for
+// an HTTP/2 SETTINGS frame, "redis" for a Redis reply (Redis takes the
+// preface for an unknown command, and says so at once), "" for anything
+// else.
+func identify(ctx context.Context, addr string) string {
+	conn, err := dial(ctx, addr)
 	if err != nil {
-		return false
+		return ""
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	hello, want := "PING\r\n", func(b []byte) bool { return b[0] == '+' || b[0] == '-' }
-	if etcd {
-		// The client preface and an empty SETTINGS frame; the server
-		// answers with its own SETTINGS frame (type 4, the 4th byte).
-		hello = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
-		want = func(b []byte) bool { return b[3] == 4 }
-	}
-	if _, err := io.WriteString(conn, hello); err != nil {
-		return false
+	// The client preface and an empty SETTINGS frame; an HTTP/2 server
+	// answers with its own SETTINGS frame (type 4, the 4th byte).
+	if _, err := io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+		return ""
 	}
 	b := make([]byte, 9)
-	n, err := io.ReadAtLeast(conn, b, 4)
-	return err == nil && n >= 4 && want(b)
+	if _, err := io.ReadAtLeast(conn, b, 4); err != nil {
+		return ""
+	}
+	switch {
+	case b[3] == 4:
+		return "etcd"
+	case b[0] == '-' || b[0] == '+':
+		return "redis"
+	}
+	return ""
+}
+
+// dial connects to addr, with ctx's deadline on the connection.
+func dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		if dl, ok := ctx.Deadline(); ok {
+			conn.SetDeadline(dl)
+		}
+	}
+	return conn, err
 }
 
 func isAlert(err error) bool {

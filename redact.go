@@ -4,11 +4,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
-	"time"
-
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // redacted replaces a password wherever dlock prints one, as
@@ -20,43 +17,46 @@ const redacted = "xxxxx"
 // server name and the number of its client certificates, never their keys.
 // A Config is what services log at start-up: printing one is safe.
 func (c Config) Format(f fmt.State, verb rune) {
-	v := configView{
-		Backend: c.Backend, Endpoints: c.Endpoints, Prefix: c.Prefix, TTL: c.TTL,
-		DialTimeout: c.DialTimeout, Username: c.Username, DB: c.DB,
-		MasterName: c.MasterName, Cluster: c.Cluster, TLS: tlsView{c.TLS},
-		MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider, Logger: c.Logger,
-	}
-	if c.Password != "" {
-		v.Password = redacted
-	}
 	switch verb {
 	case 'v', 's':
 	default:
 		verb = 'v' // a verb that does not fit a struct would dump TLS
 	}
-	s := fmt.Sprintf(fmt.FormatString(f, verb), v)
+	s := fmt.Sprintf(fmt.FormatString(f, verb), c.view())
 	if f.Flag('#') {
-		s = strings.Replace(s, "dlock.configView{", "dlock.Config{", 1)
+		s = strings.Replace(s, viewType.String(), "dlock.Config", 1)
 	}
 	fmt.Fprint(f, s)
 }
 
-// configView is Config as Format prints it: the same fields in the same
-// order (a test checks), the secrets replaced.
-type configView struct {
-	Backend            string
-	Endpoints          []string
-	Prefix             string
-	TTL                time.Duration
-	DialTimeout        time.Duration
-	Username, Password string
-	DB                 int
-	MasterName         string
-	Cluster            bool
-	TLS                tlsView
-	MeterProvider      metric.MeterProvider
-	TracerProvider     trace.TracerProvider
-	Logger             *slog.Logger
+// viewType is the struct that Format prints for a Config: Config's own
+// fields, in its order, with TLS as a tlsView.
+var viewType = func() reflect.Type {
+	fields := reflect.VisibleFields(reflect.TypeFor[Config]())
+	for i := range fields {
+		if fields[i].Name == "TLS" {
+			fields[i].Type = reflect.TypeFor[tlsView]()
+		}
+	}
+	return reflect.StructOf(fields)
+}()
+
+// view returns c as a viewType, the password replaced.
+func (c Config) view() any {
+	v, cv := reflect.New(viewType).Elem(), reflect.ValueOf(c)
+	for i := range v.NumField() {
+		switch viewType.Field(i).Name {
+		case "TLS":
+			v.Field(i).Set(reflect.ValueOf(tlsView{c.TLS}))
+		case "Password":
+			if c.Password != "" {
+				v.Field(i).SetString(redacted)
+			}
+		default:
+			v.Field(i).Set(cv.Field(i))
+		}
+	}
+	return v.Interface()
 }
 
 // tlsView prints a *tls.Config by its server name and the number of its

@@ -50,6 +50,10 @@ func TestNewBadInput(t *testing.T) {
 		{"empty name", lock.ErrInvalidName, "empty", func() error { _, err := redis.New(c, ""); return err }},
 		{"ttl 0", redis.ErrInvalidOption, "ttl", func() error { _, err := redis.New(c, "x", redis.WithTTL(0)); return err }},
 		{"ttl under drift", redis.ErrInvalidOption, "ttl", func() error { _, err := redis.New(c, "x", redis.WithTTL(time.Millisecond)); return err }},
+		{"ttl under the floor", redis.ErrInvalidOption, "ttl 999ms is below the minimum 1s", func() error {
+			_, err := redis.New(c, "x", redis.WithTTL(redis.MinTTL-time.Millisecond))
+			return err
+		}},
 		{"prefix", redis.ErrInvalidOption, "key prefix", func() error { _, err := redis.New(c, "x", redis.WithKeyPrefix("a{")); return err }},
 		{"retry", redis.ErrInvalidOption, "retry max", func() error {
 			_, err := redis.New(c, "x", redis.WithRetry(time.Second, time.Millisecond))
@@ -127,7 +131,7 @@ func TestDeadline(t *testing.T) {
 	ctx := t.Context()
 	s := redistest.Start(t)
 	admin := s.Client(t)
-	m := newMutex(t, s.Client(t), "short", redis.WithTTL(300*time.Millisecond))
+	m := newMutex(t, s.Client(t), "short", redis.WithTTL(redis.MinTTL))
 	h, err := m.Lock(ctx)
 	require.NoError(t, err)
 	g := h.(*redis.Grant)
@@ -175,7 +179,7 @@ func TestExtend(t *testing.T) {
 func TestAutoExtendMaxHold(t *testing.T) {
 	ctx := t.Context()
 	s := redistest.Start(t)
-	m := newMutex(t, s.Client(t), "maxhold", redis.WithTTL(300*time.Millisecond), redis.WithAutoExtend(400*time.Millisecond))
+	m := newMutex(t, s.Client(t), "maxhold", redis.WithTTL(redis.MinTTL), redis.WithAutoExtend(400*time.Millisecond))
 	h, err := m.Lock(ctx)
 	require.NoError(t, err)
 	waitDone(t, h)

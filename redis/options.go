@@ -26,6 +26,14 @@ const (
 	// DefaultReplicaTimeout is WAIT's timeout when WithReplicas is given a
 	// zero timeout.
 	DefaultReplicaTimeout = 100 * time.Millisecond
+	// MinTTL is the shortest TTL WithTTL accepts. A grant's validity is
+	// the TTL less the drift allowance (1% and 2ms). It must outlast an
+	// acquire whose round trip took the whole node timeout (200ms by
+	// default), and then the renewal that auto-extension sends TTL/3
+	// after the grant, taking the node timeout too:
+	// 2 × 200ms + TTL/3 < 0.99 TTL − 2ms from 612ms on. 1s is the round
+	// figure above that.
+	MinTTL = time.Second
 	// driftFactor is the share of the TTL subtracted from the local
 	// validity for the clock rates of this process and the servers, as
 	// in the Redlock algorithm; driftFloor is subtracted on top: the
@@ -65,7 +73,7 @@ func defaults() options {
 // WithTTL sets the lock validity: the key expires on the server after ttl,
 // and a grant's Done closes a little earlier (1% and 2ms less, counted from
 // just before the acquire was sent). Optional, defaults to DefaultTTL
-// (10s). It must be positive and longer than that allowance.
+// (10s). It must be at least MinTTL (1s), for the reason MinTTL gives.
 func WithTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
 
 // WithKeyPrefix sets the prefix of the lock's keys and channels: the lock
@@ -142,8 +150,9 @@ func (o *options) validate(redlock bool) error {
 	if o.ttl <= 0 {
 		return fmt.Errorf("%w: ttl %v must be positive", ErrInvalidOption, o.ttl)
 	}
-	if d := o.driftAllowance(); o.ttl <= d {
-		return fmt.Errorf("%w: ttl %v must be longer than the drift allowance %v", ErrInvalidOption, o.ttl, d)
+	if o.ttl < MinTTL {
+		return fmt.Errorf("%w: ttl %v is below the minimum %v: the validity (ttl less the drift allowance, 1%% + 2ms) must outlast an acquire and a renewal at ttl/3 that each take the node timeout",
+			ErrInvalidOption, o.ttl, MinTTL)
 	}
 	if err := names.RedisPrefix(o.prefix); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOption, err)

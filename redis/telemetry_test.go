@@ -195,7 +195,7 @@ func TestTelemetryMutex(t *testing.T) {
 	o.assert("dlock.held", 0, backend)
 
 	// The validity runs out while the renewal hangs on a stopped server.
-	short := newMutex(t, s.DefaultClient(t), "orders", append(o.opts, redis.WithTTL(600*time.Millisecond), redis.WithAutoExtend(0))...)
+	short := newMutex(t, s.DefaultClient(t), "orders", append(o.opts, redis.WithTTL(redis.MinTTL), redis.WithAutoExtend(0))...)
 	drainAtEnd(t)
 	h, err = short.Lock(ctx)
 	require.NoError(t, err)
@@ -280,7 +280,7 @@ func TestTelemetryRedlock(t *testing.T) {
 	require.ErrorIs(t, h.Unlock(ctx), redis.ErrLockLost)
 	o.assert("dlock.held", 0, backend)
 
-	h, err = newRedlock(redis.WithTTL(300 * time.Millisecond)).Lock(ctx)
+	h, err = newRedlock(redis.WithTTL(redis.MinTTL)).Lock(ctx)
 	require.NoError(t, err)
 	o.assert("dlock.held", 1, backend)
 	waitDone(t, h)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxLen is the longest lock or election name, in bytes.
@@ -26,13 +27,11 @@ func Name(name string) error {
 	if len(name) > MaxLen {
 		return fmt.Errorf("name %.20q... is %d bytes, longer than %d", name, len(name), MaxLen)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+	if bad, ok := firstBad(name, func(c rune) bool {
+		return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
 			c == '-' || c == '.' || c == '_' || c == '/'
-		if !ok {
-			return fmt.Errorf("name %q: byte %q at %d is not in [A-Za-z0-9._/-]", name, c, i)
-		}
+	}); !ok {
+		return fmt.Errorf("name %q: %s is not in [A-Za-z0-9._/-]", name, bad)
 	}
 	for _, seg := range strings.Split(name, "/") {
 		switch seg {
@@ -76,10 +75,26 @@ func Owner(owner string) error {
 	if len(owner) > MaxOwnerLen {
 		return fmt.Errorf("owner is %d bytes, longer than %d", len(owner), MaxOwnerLen)
 	}
-	for i := 0; i < len(owner); i++ {
-		if c := owner[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("owner %q: byte %q at %d is not printable ASCII", owner, c, i)
-		}
+	if bad, ok := firstBad(owner, func(c rune) bool { return ' ' < c && c <= '~' }); !ok {
+		return fmt.Errorf("owner %q: %s is not printable ASCII", owner, bad)
 	}
 	return nil
+}
+
+// firstBad describes the first character of s that allowed refuses, with
+// its byte offset: a character as itself and its code point ("'é'
+// (U+00E9) at byte 3"), a byte that is not UTF-8 by its value. ok is true
+// if there is none.
+func firstBad(s string, allowed func(rune) bool) (bad string, ok bool) {
+	for i, c := range s {
+		if c == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return fmt.Sprintf("byte %#02x at %d (not UTF-8)", s[i], i), false
+			}
+		}
+		if !allowed(c) {
+			return fmt.Sprintf("%q (%U) at byte %d", c, c, i), false
+		}
+	}
+	return "", true
 }
