@@ -119,3 +119,18 @@ func TestConfigViewHasConfigFields(t *testing.T) {
 		}
 	}
 }
+
+// Format and LogValue print every field of Config but the password (and
+// TLS's keys): a field added to Config is printed as it is unless redact.go
+// says otherwise. This list makes adding one a decision: if the new field
+// can hold a secret (a token, a key), redact it in Format and LogValue
+// before adding it here.
+func TestConfigFieldsReviewedForSecrets(t *testing.T) {
+	reviewed := []string{"Backend", "Endpoints", "Prefix", "TTL", "DialTimeout", "Username",
+		"Password", "DB", "MasterName", "Cluster", "TLS", "MeterProvider", "TracerProvider", "Logger"}
+	var fields []string
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[dlock.Config]()) {
+		fields = append(fields, f.Name)
+	}
+	assert.Equal(t, reviewed, fields, "Config's fields changed: review redact.go for secrets, then this list")
+}
