@@ -189,7 +189,9 @@ func TestRelease(t *testing.T) {
 		// The README's Install line, as it stands.
 		gorun(t, ctx, env, home, "go", "install", Root+"/contrib/cmd/dlock@latest")
 		bin := filepath.Join(home, "bin", "dlock")
-		assert.Regexp(t, `^dlock `+regexp.QuoteMeta(version)+`\b`, gorun(t, ctx, env, home, bin, "version"))
+		v := gorun(t, ctx, env, home, bin, "version")
+		t.Logf("dlock version: %s", v)
+		assert.Regexp(t, `^dlock `+regexp.QuoteMeta(version)+`\b`, v)
 		demo := gorun(t, ctx, env, home, bin, "demo")
 		assert.Contains(t, demo, "write REJECTED")
 	})
@@ -224,6 +226,7 @@ func TestRelease(t *testing.T) {
 			// an error, not a nil Client's panic.
 			out, err := command(ctx, append(env, "DLOCK_DSN=etcd://127.0.0.1:1/myapp?dial_timeout=2s", "DATABASE_URL=postgres://127.0.0.1:1/x"), home, bin)
 			require.Error(t, err, out)
+			t.Logf("the README program with an unreachable DSN: %v\n%s", err, out)
 			assert.Contains(t, out, "127.0.0.1:1")
 			assert.NotContains(t, out, "panic")
 		})
