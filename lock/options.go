@@ -5,12 +5,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/dlock-go/dlock/telemetry"
-
+	"github.com/dlock-go/dlock/internal/grant"
+	"github.com/dlock-go/dlock/internal/names"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/option"
-
-	"github.com/dlock-go/dlock/internal/names"
+	"github.com/dlock-go/dlock/session"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 // DefaultPrefix is the etcd key prefix under which Mutex keys live when
@@ -21,10 +21,9 @@ const DefaultPrefix = "dlock/lock"
 type Option func(*options)
 
 type options struct {
-	prefix    string
+	grant.Options
 	owner     string
 	lockDelay time.Duration
-	tel       obs.Config
 }
 
 // defaultOwner returns the owner stored with grants when WithOwner is not
@@ -41,29 +40,29 @@ func defaultOwner() string {
 	return string(b[:min(len(b), names.MaxOwnerLen)])
 }
 
-// buildOptions applies opts to the defaults and validates the result:
-// errors match ErrInvalidOption and name the option.
-func buildOptions(opts []Option) (options, error) {
-	o := options{prefix: DefaultPrefix, owner: defaultOwner()}
-	if err := option.Apply(&o, opts); err != nil {
-		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	}
-	if err := names.EtcdPrefix(o.prefix); err != nil {
-		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	}
-	if err := names.Owner(o.owner); err != nil {
-		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	}
-	if o.lockDelay < 0 {
-		return o, fmt.Errorf("%w: lock delay %v must not be negative", ErrInvalidOption, o.lockDelay)
-	}
-	return o, nil
+// newBase is the construction every etcd lock of this package shares
+// (grant.New): it checks src, name and opts, and returns the lock's base.
+func newBase(src session.Source, name string, opts []Option) (base, error) {
+	o := options{Options: grant.Options{Prefix: DefaultPrefix}, owner: defaultOwner()}
+	p, err := grant.New(src, name, &o.Options, sentinels, func() error {
+		if err := option.Apply(&o, opts); err != nil {
+			return err
+		}
+		if err := names.Owner(o.owner); err != nil {
+			return err
+		}
+		if o.lockDelay < 0 {
+			return fmt.Errorf("lock delay %v must not be negative", o.lockDelay)
+		}
+		return nil
+	})
+	return base{opts: o, path: p}, err
 }
 
 // WithPrefix sets the etcd key prefix. Optional, defaults to DefaultPrefix.
 // It must be non-empty, must not end with "/" and must not contain "%"
 // (which escapes "/" in names and marks a queue's side keys).
-func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+func WithPrefix(prefix string) Option { return func(o *options) { o.Prefix = prefix } }
 
 // WithLockDelay makes a Mutex (its TryLock too) wait, after a grant ended
 // without Unlock (its session expired or was revoked), until d after that
@@ -76,7 +75,7 @@ func WithLockDelay(d time.Duration) Option { return func(o *options) { o.lockDel
 // dlock.held, dlock.lost), spans (one per acquire) and logs (grants at
 // DEBUG, losses at WARN) go. Optional, defaults to the global
 // OpenTelemetry providers and no logs.
-func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.tel = obs.Config(p) } }
+func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.Tel = obs.Config(p) } }
 
 // WithOwner sets the value stored in the lock's key, shown by inspection
 // tools. Optional, defaults to "<hostname>/<pid>". It must be printable

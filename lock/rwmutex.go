@@ -37,15 +37,11 @@ var _ Locker = (*RWMutex)(nil)
 // *session.Session or a *session.Manager); name and options are checked as
 // by New. It does no I/O.
 func NewRWMutex(src session.Source, name string, opts ...Option) (*RWMutex, error) {
-	b, o, err := newLock(src, name, opts)
+	b, err := newBase(src, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &RWMutex{
-		base:   b,
-		writer: queue.New(src.Client(), o.prefix, name, queue.Exclusive),
-		reader: queue.New(src.Client(), o.prefix, name, queue.Reader),
-	}, nil
+	return &RWMutex{base: b, writer: b.path.Queue(queue.Exclusive), reader: b.path.Queue(queue.Reader)}, nil
 }
 
 // lockKey returns "etcd:" and the queue's prefix, a Mutex's of the same name: the
