@@ -612,7 +612,7 @@ func BenchmarkGrowthDepth(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
+				w := cli.Watch(ctx, lock.QueuePrefix(holder), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
 				var wg sync.WaitGroup
 				var mu sync.Mutex
 				var last time.Time

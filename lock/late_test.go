@@ -115,7 +115,7 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 			require.NoError(t, h.Unlock(ctx))
 			f.apply(t) // the held-back write arrives after the grant's release
 
-			assert.Zero(t, etcdtest.KeyCount(t, cli, m.Prefix()), "the late write left a key in the queue")
+			assert.Zero(t, etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)), "the late write left a key in the queue")
 			other := newMutex(t, etcdtest.Session(t, c.Client(t)), "late")
 			h, err = other.TryLock(ctx)
 			require.NoError(t, err, "another session must find the lock free")
@@ -125,7 +125,7 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 			h, err = m.Lock(ctx)
 			require.NoError(t, err)
 			require.NoError(t, h.Unlock(ctx))
-			assert.Zero(t, etcdtest.KeyCount(t, cli, m.Prefix()))
+			assert.Zero(t, etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)))
 		})
 	}
 }
@@ -152,9 +152,9 @@ func TestLostEnqueueResponseLeavesNoKey(t *testing.T) {
 				acquire := acquirer(m)
 				h, err := acquire(ctx)
 				require.NoError(t, err)
-				assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, m.Prefix()), "only the grant's own key")
+				assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)), "only the grant's own key")
 				require.NoError(t, h.Unlock(ctx))
-				assert.Zero(t, etcdtest.KeyCount(t, cli, m.Prefix()))
+				assert.Zero(t, etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)))
 			})
 		}
 	}

@@ -35,7 +35,7 @@ func TestLockDelay(t *testing.T) {
 		h, err := holder.Lock(ctx)
 		require.NoError(t, err)
 		waiter, _ := newMutex(name, opts...)
-		w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(int64(h.Token().Seq)+1))
+		w := cli.Watch(ctx, lock.QueuePrefix(holder), clientv3.WithPrefix(), clientv3.WithRev(int64(h.Token().Seq)+1))
 		got := make(chan time.Time, 1)
 		errc := make(chan error, 1)
 		go func() {

@@ -99,7 +99,7 @@ func TestLockAllCancelLeavesNoKey(t *testing.T) {
 		{"Deadline", context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := etcdtest.WatchPuts(t, cli, b.Prefix())
+			w := etcdtest.WatchPuts(t, cli, lock.QueuePrefix(b))
 			var lctx context.Context
 			var cancel context.CancelFunc
 			if tc.want == context.Canceled {
@@ -116,14 +116,14 @@ func TestLockAllCancelLeavesNoKey(t *testing.T) {
 			}()
 			etcdtest.WaitPuts(t, w, 1) // LockAll waits for b: it holds a
 			if tc.want == context.Canceled {
-				assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, a.Prefix()), "LockAll holds a while it waits for b")
+				assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(a)), "LockAll holds a while it waits for b")
 				cancel()
 			}
 			err := <-errc
 			require.ErrorIs(t, err, tc.want)
-			assert.Contains(t, err.Error(), "ls[0] (etcd:"+b.Prefix()+")", "the error names the lock waited for")
-			assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, a.Prefix()), "a's key left behind")
-			assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, b.Prefix()), "only the holder's key of b")
+			assert.Contains(t, err.Error(), "ls[0] (etcd:"+lock.QueuePrefix(b)+")", "the error names the lock waited for")
+			assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, lock.QueuePrefix(a)), "a's key left behind")
+			assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(b)), "only the holder's key of b")
 			ha, err := newMutex(t, etcdtest.Session(t, cli), "cancel/a").TryLock(ctx)
 			require.NoError(t, err, "a is free")
 			require.NoError(t, ha.Unlock(ctx))
@@ -159,7 +159,7 @@ func TestDoAllReleasesOnPanic(t *testing.T) {
 		}
 		assert.ErrorIs(t, h.Err(), lock.ErrUnlocked, "grant %d", i)
 		m := ls[i].(*lock.Mutex)
-		assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, m.Prefix()), "key of %s left", names[i])
+		assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)), "key of %s left", names[i])
 		h2, err := newMutex(t, other, names[i]).TryLock(ctx)
 		require.NoError(t, err, "another session gets %s", names[i])
 		require.NoError(t, h2.Unlock(ctx))
@@ -194,8 +194,8 @@ func TestDoAllCancelsOnLoss(t *testing.T) {
 			_, err := cli.Delete(ctx, h.(*lock.Grant).Key())
 			require.NoError(t, err)
 		})
-		assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, a.Prefix()), "a's key left")
-		assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, b.Prefix()), "b's key left")
+		assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, lock.QueuePrefix(a)), "a's key left")
+		assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, lock.QueuePrefix(b)), "b's key left")
 	})
 	t.Run("Memory", func(t *testing.T) {
 		ctx := etcdtest.ContextFor(t, 10*time.Second)
@@ -294,7 +294,7 @@ func TestLockAllRefuses(t *testing.T) {
 			if tc.is != nil {
 				assert.ErrorIs(t, err, tc.is)
 			}
-			for _, p := range []string{a.Prefix(), other.Prefix()} {
+			for _, p := range []string{lock.QueuePrefix(a), lock.QueuePrefix(other)} {
 				assert.Zero(t, etcdtest.KeyCount(t, cli, p), "a key was created under %s", p)
 			}
 			_, held := mem.Holder("x")
@@ -327,7 +327,7 @@ func TestLockAllMixed(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	assert.Zero(t, etcdtest.KeyCount(t, cli, m.Prefix()))
+	assert.Zero(t, etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)))
 	_, held := mem.Holder("mixed")
 	assert.False(t, held)
 }

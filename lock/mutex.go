@@ -12,7 +12,7 @@ import (
 )
 
 // Mutex is the etcd lock: a queue of keys under "<prefix>/<name>/" (each
-// "/" in the name written "%2F", see Prefix), bound to the session's lease
+// "/" in the name written "%2F", see LockKey), bound to the session's lease
 // and ordered by create revision. The first key holds the lock; each waiter
 // watches only its immediate predecessor, so one release wakes one waiter.
 // The holder's fencing token is its key's create revision: successive
@@ -60,13 +60,12 @@ func New(src session.Source, name string, opts ...Option) (*Mutex, error) {
 	return &Mutex{base: b, q: b.path.Queue(rule)}, nil
 }
 
-// Prefix returns the etcd key prefix of the lock's queue: "<prefix>/<name>/"
-// with each "/" in the name written "%2F", so that the queue of "a" does
-// not range over the keys of "a/b".
-func (m *Mutex) Prefix() string { return m.q.Prefix() }
-
-// lockKey returns "etcd:" and Prefix: the lock's place in LockAll's order.
-func (m *Mutex) lockKey() string { return "etcd:" + m.Prefix() }
+// LockKey returns the lock's place in LockAll's order: "etcd:" and the
+// etcd key prefix of the lock's queue, "<prefix>/<name>/" with each "/" in
+// the name written "%2F" (so that the queue of "a" does not range over the
+// keys of "a/b"). An RWMutex of the same name and prefix has the same
+// LockKey: it is the same lock.
+func (m *Mutex) LockKey() string { return "etcd:" + m.q.Prefix() }
 
 // Lock waits in FIFO order until the lock is granted, ctx ends, or the
 // session ends. The returned Held is a *Grant. On any error the attempt's

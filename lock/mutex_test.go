@@ -24,11 +24,11 @@ func TestLockUnlock(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "orders", h.Token().Name)
 	assert.NotZero(t, h.Token().Seq)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, m.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)))
 
 	_, err = m.TryLock(ctx)
 	require.ErrorIs(t, err, lock.ErrLocked)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, m.Prefix()), "a failed TryLock creates no key")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)), "a failed TryLock creates no key")
 
 	require.NoError(t, h.Unlock(ctx))
 	require.NoError(t, h.Unlock(ctx), "a second Unlock is a no-op")
@@ -38,7 +38,7 @@ func TestLockUnlock(t *testing.T) {
 	default:
 		t.Fatal("Done must be closed after Unlock")
 	}
-	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, m.Prefix()))
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)))
 
 	h2, err := m.TryLock(ctx)
 	require.NoError(t, err)
@@ -144,7 +144,7 @@ func TestFIFO(t *testing.T) {
 	h, err := holder.Lock(ctx)
 	require.NoError(t, err)
 
-	w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
+	w := cli.Watch(ctx, lock.QueuePrefix(holder), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
 	order := make(chan int, waiters)
 	var wg sync.WaitGroup
 	for i := range waiters {
@@ -190,7 +190,7 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 	}
 	for i, name := range names {
 		m := newMutex(t, s, name)
-		assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, m.Prefix()), "%q's queue holds only its own key", name)
+		assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)), "%q's queue holds only its own key", name)
 		require.NoError(t, held[i].Unlock(ctx))
 	}
 }
@@ -208,7 +208,7 @@ func TestLockKeyDeletedWhileWaiting(t *testing.T) {
 	require.NoError(t, err)
 	waiter := newMutex(t, etcdtest.Session(t, cli), "gone")
 
-	w := etcdtest.WatchPuts(t, cli, waiter.Prefix())
+	w := etcdtest.WatchPuts(t, cli, lock.QueuePrefix(waiter))
 	got := make(chan error, 1)
 	go func() {
 		wh, err := waiter.Lock(ctx)
@@ -231,5 +231,5 @@ func TestLockKeyDeletedWhileWaiting(t *testing.T) {
 	}
 	require.ErrorIs(t, err, lock.ErrKeyDeleted)
 	assert.NotErrorIs(t, err, lock.ErrLockLost, "a waiter never held the lock")
-	assert.Zero(t, etcdtest.KeyCount(t, cli, waiter.Prefix()), "no key left")
+	assert.Zero(t, etcdtest.KeyCount(t, cli, lock.QueuePrefix(waiter)), "no key left")
 }

@@ -44,9 +44,9 @@ func NewRWMutex(src session.Source, name string, opts ...Option) (*RWMutex, erro
 	return &RWMutex{base: b, writer: b.path.Queue(queue.Exclusive), reader: b.path.Queue(queue.Reader)}, nil
 }
 
-// lockKey returns "etcd:" and the queue's prefix, a Mutex's of the same name: the
-// lock's place in LockAll's order, which takes the exclusive side.
-func (rw *RWMutex) lockKey() string { return "etcd:" + rw.writer.Prefix() }
+// LockKey returns the lock's place in LockAll's order, which takes the
+// exclusive side: the LockKey of the Mutex of the same name and prefix.
+func (rw *RWMutex) LockKey() string { return "etcd:" + rw.writer.Prefix() }
 
 // Lock waits in FIFO order until no other grant, reader or writer, holds
 // the lock, with the same errors and cleanup as Mutex.Lock.

@@ -80,7 +80,7 @@ func TestNoThunderingHerd(t *testing.T) {
 	h, err := holder.Lock(ctx)
 	require.NoError(t, err)
 
-	w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
+	w := cli.Watch(ctx, lock.QueuePrefix(holder), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
 	granted := make(chan int)
 	release := make(chan struct{})
 	var wg sync.WaitGroup
@@ -153,7 +153,7 @@ func TestStaleUnlock(t *testing.T) {
 	hb, err := b.Lock(ctx)
 	require.NoError(t, err)
 	require.NoError(t, ha.Unlock(ctx))
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, b.Prefix()), "B's key must survive A's retried Unlock")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(b)), "B's key must survive A's retried Unlock")
 	require.NoError(t, hb.Unlock(ctx))
 
 	// Stale unlock: A's key is deleted behind its back, B is granted, A
@@ -165,7 +165,7 @@ func TestStaleUnlock(t *testing.T) {
 	hb, err = b.Lock(ctx)
 	require.NoError(t, err)
 	require.ErrorIs(t, ha.Unlock(ctx), lock.ErrLockLost)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, b.Prefix()), "B's key must survive A's stale Unlock")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(b)), "B's key must survive A's stale Unlock")
 	_, err = b.TryLock(ctx)
 	assert.ErrorIs(t, err, lock.ErrLocked, "B still holds the lock")
 	require.NoError(t, hb.Unlock(ctx))
@@ -179,7 +179,7 @@ func TestCancelLeavesNoKey(t *testing.T) {
 	holder := newMutex(t, etcdtest.Session(t, cli), "cancel")
 	h, err := holder.Lock(ctx)
 	require.NoError(t, err)
-	w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
+	w := cli.Watch(ctx, lock.QueuePrefix(holder), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
 
 	// Cancel while waiting.
 	wctx, cancel := context.WithCancel(ctx)
@@ -190,14 +190,14 @@ func TestCancelLeavesNoKey(t *testing.T) {
 	cancel()
 	err = <-errc
 	require.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, holder.Prefix()), "only the holder's key remains")
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(holder)), "only the holder's key remains")
 
 	// Deadline while waiting.
 	dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer dcancel()
 	_, err = m.Lock(dctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, holder.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(holder)))
 
 	// Failed acquire: the waiter's session ends while it waits.
 	ws := etcdtest.Session(t, cli)
@@ -207,10 +207,10 @@ func TestCancelLeavesNoKey(t *testing.T) {
 	require.NoError(t, ws.Close(ctx))
 	err = <-errc
 	require.ErrorIs(t, err, lock.ErrSessionDone)
-	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, holder.Prefix()))
+	assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, lock.QueuePrefix(holder)))
 
 	require.NoError(t, h.Unlock(ctx))
-	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, holder.Prefix()))
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, lock.QueuePrefix(holder)))
 }
 
 // A waiter whose session ends while it waits gets an error, never the lock,
@@ -222,7 +222,7 @@ func TestWaiterSessionEnds(t *testing.T) {
 	holder := newMutex(t, etcdtest.Session(t, cli), "w")
 	h, err := holder.Lock(ctx)
 	require.NoError(t, err)
-	w := cli.Watch(ctx, holder.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
+	w := cli.Watch(ctx, lock.QueuePrefix(holder), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(h.Token().Seq)+1))
 
 	ws := etcdtest.Session(t, cli)
 	wm := newMutex(t, ws, "w")
@@ -243,7 +243,7 @@ func TestWaiterSessionEnds(t *testing.T) {
 	// A waiter whose session ends never had the lock: it did not lose one.
 	assert.NotErrorIs(t, err, lock.ErrLockLost)
 	assert.ErrorIs(t, err, session.ErrLeaseGone, "the server revoked the lease")
-	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, holder.Prefix()))
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, lock.QueuePrefix(holder)))
 }
 
 // Closing a session releases every lock it holds at once; the waiters are
@@ -399,7 +399,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 		return ctx.Err()
 	}))
 	assert.True(t, ran)
-	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, m.Prefix()))
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)))
 }
 
 // One heartbeat loop per session, not one per lock: while a session holds
@@ -506,7 +506,7 @@ func TestDoReleasesOnPanic(t *testing.T) {
 		t.Error("the grant's Done is open after the panic")
 	}
 	assert.ErrorIs(t, held.Err(), lock.ErrUnlocked)
-	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, m.Prefix()), "no key left")
+	assert.Equal(t, int64(0), etcdtest.KeyCount(t, cli, lock.QueuePrefix(m)), "no key left")
 	h2, err := newMutex(t, etcdtest.Session(t, cli), "panic").TryLock(ctx)
 	require.NoError(t, err, "another session gets the lock")
 	require.NoError(t, h2.Unlock(ctx))

@@ -99,6 +99,10 @@ func newMutex(t testing.TB, s *session.Session, name string) *lock.Mutex {
 	return m
 }
 
+// queuePrefix returns the etcd key prefix of m's queue: its LockKey
+// without "etcd:".
+func queuePrefix(m *lock.Mutex) string { return strings.TrimPrefix(m.LockKey(), "etcd:") }
+
 // waitEvents reads n events of type typ (and the keys they touch) from w.
 func waitEvents(t testing.TB, ctx context.Context, w clientv3.WatchChan, typ mvccpb.Event_EventType, n int) []string {
 	t.Helper()

@@ -39,7 +39,7 @@ func TestPartitionedHolderDoneBeforeNextGrant(t *testing.T) {
 			held.Done() // start watching, as a real holder would
 
 			wm := newMutex(t, etcdtest.Session(t, cli), name)
-			w := cli.Watch(ctx, wm.Prefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(held.Token().Seq)+1))
+			w := cli.Watch(ctx, queuePrefix(wm), clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(int64(held.Token().Seq)+1))
 			type result struct {
 				h           lock.Held
 				err         error
@@ -75,7 +75,7 @@ func TestPartitionedHolderDoneBeforeNextGrant(t *testing.T) {
 			err = unlockRetry(ctx, held)
 			assert.True(t, errors.Is(err, lock.ErrLockLost), "a late Unlock reports the loss: %v", err)
 			require.NoError(t, r.h.Unlock(ctx))
-			assert.Zero(t, etcdtest.KeyCount(t, cli, wm.Prefix()))
+			assert.Zero(t, etcdtest.KeyCount(t, cli, queuePrefix(wm)))
 		})
 	}
 }

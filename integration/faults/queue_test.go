@@ -37,7 +37,7 @@ func TestExpiredWaiterNeverGranted(t *testing.T) {
 		hm := newMutex(t, etcdtest.Session(t, cli), "expired-paused")
 		h, err := hm.Lock(ctx)
 		require.NoError(t, err)
-		w := cli.Watch(ctx, hm.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(int64(h.Token().Seq)+1))
+		w := cli.Watch(ctx, queuePrefix(hm), clientv3.WithPrefix(), clientv3.WithRev(int64(h.Token().Seq)+1))
 
 		ch := startChild(t, "-endpoints", strings.Join(c.Endpoints(), ","), "-name", "expired-paused", "-ttl", "2s")
 		queued := waitEvents(t, ctx, w, clientv3.EventTypePut, 1)[0]
@@ -52,7 +52,7 @@ func TestExpiredWaiterNeverGranted(t *testing.T) {
 		out := ch.line(t, ctx)
 		assert.True(t, strings.HasPrefix(out, "ERR "), "the expired waiter must not be granted: %q", out)
 		assert.Contains(t, out, "session done")
-		assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, hm.Prefix()), "only the new holder's key remains")
+		assert.Equal(t, int64(1), etcdtest.KeyCount(t, cli, queuePrefix(hm)), "only the new holder's key remains")
 		require.NoError(t, next.Unlock(ctx))
 	})
 
@@ -61,7 +61,7 @@ func TestExpiredWaiterNeverGranted(t *testing.T) {
 		hm := newMutex(t, etcdtest.Session(t, cli), "expired-cut")
 		h, err := hm.Lock(ctx)
 		require.NoError(t, err)
-		w := cli.Watch(ctx, hm.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(int64(h.Token().Seq)+1))
+		w := cli.Watch(ctx, queuePrefix(hm), clientv3.WithPrefix(), clientv3.WithRev(int64(h.Token().Seq)+1))
 
 		pcli, proxy := c.ProxiedClient(t)
 		ws := etcdtest.Session(t, pcli, session.WithTTL(2*time.Second))
@@ -98,7 +98,7 @@ func TestExpiredWaiterNeverGranted(t *testing.T) {
 		assert.Greater(t, next.Token().Seq, h.Token().Seq)
 		proxy.Unblackhole()
 		require.NoError(t, next.Unlock(ctx))
-		assert.Zero(t, etcdtest.KeyCount(t, cli, hm.Prefix()))
+		assert.Zero(t, etcdtest.KeyCount(t, cli, queuePrefix(hm)))
 	})
 }
 
