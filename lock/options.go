@@ -13,8 +13,7 @@ import (
 	"github.com/dlock-go/dlock/telemetry"
 )
 
-// DefaultPrefix is the etcd key prefix under which Mutex keys live when
-// WithPrefix is not given: keys are "<prefix>/<name>/<unique>".
+// DefaultPrefix is the key prefix when WithPrefix is not given.
 const DefaultPrefix = "dlock/lock"
 
 // Option configures a Mutex (and the other etcd locks of this package).
@@ -59,8 +58,9 @@ func newBase(src session.Source, name string, opts []Option) (base, error) {
 	return base{opts: o, path: p}, err
 }
 
-// WithPrefix sets the etcd key prefix. Optional, defaults to DefaultPrefix.
-// It must be non-empty, must not end with "/" and must not contain "%"
+// WithPrefix sets the key prefix under which the lock's keys live:
+// "<prefix>/<name>/<unique>". Optional, defaults to DefaultPrefix
+// ("dlock/lock"). It must not be empty, end with "/" or contain "%"
 // (which escapes "/" in names and marks a queue's side keys).
 func WithPrefix(prefix string) Option { return func(o *options) { o.Prefix = prefix } }
 
@@ -71,13 +71,14 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.Prefix = pre
 // Optional, defaults to 0 (no delay); it must not be negative.
 func WithLockDelay(d time.Duration) Option { return func(o *options) { o.lockDelay = d } }
 
-// WithTelemetry sets where the lock's metrics (dlock.acquire.duration,
-// dlock.held, dlock.lost), spans (one per acquire) and logs (grants at
-// DEBUG, losses at WARN) go. Optional, defaults to the global
-// OpenTelemetry providers and no logs.
+// WithTelemetry sets where the lock's metrics, spans and logs go (see
+// package telemetry): dlock.acquire.duration, dlock.held and dlock.lost, a
+// span per acquire, grants at DEBUG and losses at WARN. Optional, defaults
+// to the zero Providers: the global OpenTelemetry providers and no logs.
 func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.Tel = obs.Config(p) } }
 
-// WithOwner sets the value stored in the lock's key, shown by inspection
-// tools. Optional, defaults to "<hostname>/<pid>". It must be printable
-// ASCII without spaces, at most 256 bytes.
+// WithOwner sets the owner stored with every grant, so that inspection
+// tools show who holds the lock: the value of the grant's key. Optional,
+// defaults to "<hostname>/<pid>". It must be printable ASCII without
+// spaces, at most 256 bytes.
 func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }

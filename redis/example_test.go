@@ -135,6 +135,6 @@ func ExampleWithOwner() {
 	}
 	defer h.Unlock(ctx)
 	// An operator sees the owner after the grant's random value.
-	v, _ := client.Get(ctx, redis.DefaultKeyPrefix+"{migrations}").Result()
+	v, _ := client.Get(ctx, redis.DefaultPrefix+"{migrations}").Result()
 	fmt.Println(strings.Fields(v)[1]) // deployer-7
 }
