@@ -187,7 +187,7 @@ func (r *runner) once(ctx context.Context) (again bool, err error) {
 	}()
 	el, err := newElection(sess, r.cfg.Name, &r.opts, nil)
 	if err != nil {
-		return false, err
+		return false, errs.New("election", r.cfg.Name, "run", err)
 	}
 	term, err := el.Campaign(ctx, r.cfg.Value)
 	switch {
