@@ -233,10 +233,11 @@ type lockerOptions struct {
 	owner string
 }
 
-// WithOwner stores owner with every grant of the Locker, for inspection
-// (dlock inspect on etcd; on Redis, after the random value in the lock
-// key). Optional, defaults to "<hostname>/<pid>" on etcd and none on
-// Redis. It must be printable ASCII without spaces, at most 256 bytes.
+// WithOwner sets the owner stored with every grant of the Locker, so that
+// inspection tools (dlock inspect) show who holds the lock: lock.WithOwner
+// on etcd, redis.WithOwner on Redis. Optional, defaults to
+// "<hostname>/<pid>" on etcd and none on Redis. It must be printable ASCII
+// without spaces, at most 256 bytes.
 func WithOwner(owner string) LockerOption { return func(o *lockerOptions) { o.owner = owner } }
 
 // Locker returns the lock called name on the Client's backend. The name

@@ -116,7 +116,7 @@ func (c Config) logger() *slog.Logger {
 func (c Config) redisOptions() []redis.Option {
 	return []redis.Option{
 		redis.WithTTL(c.TTL),
-		redis.WithKeyPrefix(c.Prefix + ":"),
+		redis.WithPrefix(c.Prefix + ":"),
 		redis.WithAutoExtend(0),
 		redis.WithTelemetry(c.telemetry()),
 	}

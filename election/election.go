@@ -2,13 +2,11 @@ package election
 
 import (
 	"context"
-	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/internal/grant"
-	"github.com/dlock-go/dlock/internal/names"
-	"github.com/dlock-go/dlock/internal/obs"
+	"github.com/dlock-go/dlock/internal/option"
 	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/session"
 )
@@ -31,11 +29,9 @@ type Leader struct {
 // ErrSessionDone; on a *session.Manager, a Campaign after a session ended
 // runs on a fresh session.
 type Election struct {
-	src  session.Source
-	name string
 	q    *queue.Queue
-	opts options
 	path grant.Path
+	hook func(rev int64) // options.readHook
 }
 
 // New returns the election called name on src: a *session.Session or a
@@ -43,30 +39,20 @@ type Election struct {
 // both ErrInvalidName and lock.ErrInvalidName. A nil source or a bad option
 // returns an error matching ErrInvalidOption. New does no I/O.
 func New(src session.Source, name string, opts ...Option) (*Election, error) {
-	if grant.NilSource(src) {
-		return nil, fmt.Errorf("%w: session is nil", ErrInvalidOption)
-	}
-	if err := validateName(name); err != nil {
-		return nil, err
-	}
-	o, err := buildOptions(opts)
+	o := defaults()
+	return newElection(src, name, &o, func() error { return option.Apply(&o, opts) })
+}
+
+// newElection is New with apply applying the options to o (nil: they are
+// applied already): the construction that package lock's etcd locks share
+// (grant.New).
+func newElection(src session.Source, name string, o *options, apply func() error) (*Election, error) {
+	p, err := grant.New(src, name, &o.Options, sentinels, apply)
 	if err != nil {
 		return nil, err
 	}
-	return newElection(src, name, o), nil
-}
-
-func newElection(src session.Source, name string, o options) *Election {
-	return &Election{src: src, name: name, q: queue.New(src.Client(), o.prefix, name, queue.Exclusive), opts: o, path: grant.Path{
-		Current: grant.Sessions(src.Current), Name: name, Tel: obs.New(o.tel, "etcd"), Errs: sentinels, Term: true,
-	}}
-}
-
-func validateName(name string) error {
-	if err := names.Name(name); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidName, err)
-	}
-	return nil
+	p.Term = true
+	return &Election{q: p.Queue(queue.Exclusive), path: p, hook: o.readHook}, nil
 }
 
 // Campaign puts a candidate key holding value, bound to the session's
@@ -95,12 +81,12 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 // by create revision. It returns an error matching ErrNoLeader if there is
 // none. The read is linearizable.
 func (el *Election) Leader(ctx context.Context) (Leader, error) {
-	resp, err := el.src.Client().Get(ctx, el.q.Prefix(), clientv3.WithFirstCreate()...)
+	resp, err := el.path.Client.Get(ctx, el.q.Prefix(), clientv3.WithFirstCreate()...)
 	if err != nil {
-		return Leader{}, sentinels.Op(el.name, "leader", false, el.q.Denied(err))
+		return Leader{}, sentinels.Op(el.path.Name, "leader", false, el.q.Denied(err))
 	}
 	if len(resp.Kvs) == 0 {
-		return Leader{}, sentinels.Op(el.name, "leader", false, ErrNoLeader)
+		return Leader{}, sentinels.Op(el.path.Name, "leader", false, ErrNoLeader)
 	}
 	kv := resp.Kvs[0]
 	return Leader{Value: string(kv.Value), Epoch: uint64(kv.CreateRevision)}, nil
@@ -119,7 +105,7 @@ func (el *Election) Leader(ctx context.Context) (Leader, error) {
 // working after the session ends.
 func (el *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
-	ob := observer{cli: el.src.Client(), prefix: el.q.Prefix(), hook: el.opts.readHook}
+	ob := observer{cli: el.path.Client, prefix: el.q.Prefix(), hook: el.hook}
 	go ob.run(ctx, out)
 	return out
 }

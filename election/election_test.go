@@ -2,6 +2,8 @@ package election_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -369,6 +371,31 @@ func TestBadInput(t *testing.T) {
 	el, err := election.New(s, "jobs/v2.nightly", election.WithPrefix("custom"))
 	require.NoError(t, err)
 	assert.Equal(t, "custom/jobs%2Fv2.nightly/", election.PrefixOf(el))
+
+	// One construction: New refuses what lock.New refuses, with lock's
+	// message under its own package name.
+	var nilSession *session.Session
+	for what, in := range map[string]struct {
+		src  session.Source
+		name string
+		lo   []lock.Option
+		eo   []election.Option
+	}{
+		"nil source":    {nilSession, "x", nil, nil},
+		"bad name":      {s, "a//b", nil, nil},
+		"prefix with %": {s, "x", []lock.Option{lock.WithPrefix("a%b")}, []election.Option{election.WithPrefix("a%b")}},
+		"prefix ends /": {s, "x", []lock.Option{lock.WithPrefix("a/")}, []election.Option{election.WithPrefix("a/")}},
+		"a nil option":  {s, "x", []lock.Option{nil}, []election.Option{nil}},
+	} {
+		_, lerr := lock.New(in.src, in.name, in.lo...)
+		_, eerr := election.New(in.src, in.name, in.eo...)
+		if assert.Error(t, lerr, what) && assert.Error(t, eerr, what) {
+			assert.Equal(t, strings.TrimPrefix(lerr.Error(), "lock: "), strings.TrimPrefix(eerr.Error(), "election: "), what)
+			for _, sentinel := range []error{lock.ErrInvalidName, lock.ErrInvalidOption} {
+				assert.Equal(t, errors.Is(lerr, sentinel), errors.Is(eerr, sentinel), "%s: %v", what, sentinel)
+			}
+		}
+	}
 }
 
 // Nested names are separate elections (see lock's TestNestedNamesAreIndependent).

@@ -52,4 +52,5 @@ var (
 var sentinels = &grant.Errors{
 	Pkg: "election", Released: ErrResigned, Lost: ErrLeadershipLost, KeyDeleted: ErrKeyDeleted,
 	SessionDone: ErrSessionDone, LeaseGone: session.ErrLeaseGone, Closed: session.ErrManagerClosed,
+	InvalidName: ErrInvalidName, InvalidOption: ErrInvalidOption,
 }

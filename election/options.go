@@ -1,18 +1,12 @@
 package election
 
 import (
-	"fmt"
-
-	"github.com/dlock-go/dlock/telemetry"
-
+	"github.com/dlock-go/dlock/internal/grant"
 	"github.com/dlock-go/dlock/internal/obs"
-	"github.com/dlock-go/dlock/internal/option"
-
-	"github.com/dlock-go/dlock/internal/names"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
-// DefaultPrefix is the etcd key prefix under which candidates' keys live
-// when WithPrefix is not given: keys are "<prefix>/<name>/<unique>".
+// DefaultPrefix is the key prefix when WithPrefix is not given.
 const DefaultPrefix = "dlock/election"
 
 // Option configures an Election (New) or the elections Run makes
@@ -20,37 +14,25 @@ const DefaultPrefix = "dlock/election"
 type Option func(*options)
 
 type options struct {
-	prefix string
-	tel    obs.Config
+	grant.Options
 	// readHook, test-only, is called by Observe after each read of the
 	// election's keys, with the read's revision, before it starts watching.
 	readHook func(rev int64)
 }
 
-func defaultOptions() options {
-	return options{prefix: DefaultPrefix}
-}
+func defaults() options { return options{Options: grant.Options{Prefix: DefaultPrefix}} }
 
-// WithPrefix sets the etcd key prefix. Optional, defaults to DefaultPrefix.
-// It must be non-empty, must not end with "/" and must not contain "%"
+// WithPrefix sets the key prefix under which the election's keys live:
+// "<prefix>/<name>/<unique>". Optional, defaults to DefaultPrefix
+// ("dlock/election"). It must not be empty, end with "/" or contain "%"
 // (which escapes "/" in names and marks a queue's side keys).
-func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+func WithPrefix(prefix string) Option { return func(o *options) { o.Prefix = prefix } }
 
-// WithTelemetry sets where the election's metrics (dlock.acquire.duration
-// for Campaign, dlock.election.leader), spans (one per Campaign) and logs
-// (terms gained and resigned at DEBUG, lost at WARN) go. Optional,
-// defaults to the global OpenTelemetry providers and no logs.
-func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.tel = obs.Config(p) } }
+// WithTelemetry sets where the election's metrics, spans and logs go (see
+// package telemetry): dlock.acquire.duration (for Campaign) and
+// dlock.election.leader, a span per Campaign, terms gained and resigned at
+// DEBUG and lost at WARN. Optional, defaults to the zero Providers: the
+// global OpenTelemetry providers and no logs.
+func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.Tel = obs.Config(p) } }
 
 func withReadHook(f func(rev int64)) Option { return func(o *options) { o.readHook = f } }
-
-func buildOptions(opts []Option) (options, error) {
-	o := defaultOptions()
-	if err := option.Apply(&o, opts); err != nil {
-		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	}
-	if err := names.EtcdPrefix(o.prefix); err != nil {
-		return o, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-	}
-	return o, nil
-}

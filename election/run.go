@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock/internal/cleanup"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lossctx"
+	"github.com/dlock-go/dlock/internal/option"
 	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/session"
 )
@@ -82,7 +83,8 @@ func (c *Config) validate() (options, error) {
 	if c.Client == nil {
 		return options{}, fmt.Errorf("%w: Config.Client is nil", ErrInvalidOption)
 	}
-	if err := validateName(c.Name); err != nil {
+	o := defaults()
+	if err := sentinels.Check(c.Name, &o.Options, func() error { return option.Apply(&o, c.Options) }); err != nil {
 		return options{}, err
 	}
 	if c.Value == "" {
@@ -99,7 +101,7 @@ func (c *Config) validate() (options, error) {
 			return options{}, fmt.Errorf("%w: Config.SessionOptions[%d] is nil", ErrInvalidOption, i)
 		}
 	}
-	return buildOptions(c.Options)
+	return o, nil
 }
 
 // Run campaigns in the election cfg describes, on a session of its own,
@@ -125,7 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.OnNewLeader != nil {
 		octx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		ob := observer{cli: cfg.Client, prefix: queue.PrefixFor(o.prefix, cfg.Name), hook: o.readHook}
+		ob := observer{cli: cfg.Client, prefix: queue.PrefixFor(o.Prefix, cfg.Name), hook: o.readHook}
 		ch := make(chan Leader)
 		go ob.run(octx, ch)
 		go func() {
@@ -183,7 +185,11 @@ func (r *runner) once(ctx context.Context) (again bool, err error) {
 		defer cancel()
 		_ = sess.Close(cctx) // the lease expires anyway if the revoke fails
 	}()
-	term, err := newElection(sess, r.cfg.Name, r.opts).Campaign(ctx, r.cfg.Value)
+	el, err := newElection(sess, r.cfg.Name, &r.opts, nil)
+	if err != nil {
+		return false, errs.New("election", r.cfg.Name, "run", err)
+	}
+	term, err := el.Campaign(ctx, r.cfg.Value)
 	switch {
 	case ctx.Err() != nil:
 		return false, r.ctxErr(ctx)

@@ -32,7 +32,7 @@ func (t *Term) Epoch() uint64 { return uint64(t.h.Rev()) }
 
 // Token returns the term's fencing token: the election's name and the
 // epoch.
-func (t *Term) Token() fence.Token { return fence.Token{Name: t.el.name, Seq: t.Epoch()} }
+func (t *Term) Token() fence.Token { return fence.Token{Name: t.el.path.Name, Seq: t.Epoch()} }
 
 // Value returns the value the leader campaigned with or last proclaimed.
 func (t *Term) Value() string {
@@ -61,7 +61,7 @@ func (t *Term) Done() <-chan struct{} { return t.h.Done() }
 func (t *Term) Err() error { return t.err("", t.h.Err()) }
 
 func (t *Term) err(op string, err error) error {
-	return sentinels.Op(t.el.name, op, true, err)
+	return sentinels.Op(t.el.path.Name, op, true, err)
 }
 
 // Proclaim sets the leader's value, with a put guarded by the key's create
@@ -73,7 +73,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.h.Err(); err != nil {
 		return t.err("proclaim", err)
 	}
-	resp, err := t.el.src.Client().Txn(ctx).If(t.h.Owned()).Then(
+	resp, err := t.el.path.Client.Txn(ctx).If(t.h.Owned()).Then(
 		clientv3.OpPut(t.h.Key(), value, clientv3.WithIgnoreLease()),
 	).Commit()
 	if err != nil {

@@ -57,6 +57,7 @@ var (
 var sentinels = &grant.Errors{
 	Pkg: "lock", Locked: ErrLocked, Released: ErrUnlocked, Lost: ErrLockLost, KeyDeleted: ErrKeyDeleted,
 	SessionDone: ErrSessionDone, LeaseGone: session.ErrLeaseGone, Closed: session.ErrManagerClosed,
+	InvalidName: ErrInvalidName, InvalidOption: ErrInvalidOption,
 	Permits: func(pe *queue.PermitsError) error {
 		return fmt.Errorf("%w: this semaphore has %d permits, %s", ErrPermitsMismatch, pe.Want, holdersOf(pe.Have))
 	},

@@ -14,8 +14,10 @@ import (
 // Lock on one Locker, and each successful call is an independent grant with
 // its own Held (two grants never overlap in the lock service's view).
 //
-// The backends' Lockers also have a LockKey method, which places them in
-// LockAll's global order; a Locker that wraps another should pass it on.
+// The backends' Lockers (this package's Mutex and RWMutex, package
+// redis's Mutex and Redlock, locktest's Memory) also have a method
+// LockKey() string, which places them in LockAll's global order; a Locker
+// that wraps another should pass it on.
 type Locker interface {
 	// Lock waits, in the backend's order, until the lock is granted or ctx
 	// ends. On ctx end it returns an error matching ctx.Err() and leaves

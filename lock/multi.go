@@ -12,10 +12,7 @@ import (
 )
 
 // keyed is what LockAll needs from a Locker: its lock key (see LockAll).
-// This package's locks have it unexported (lockKey).
 type keyed interface{ LockKey() string }
-
-type ownKeyed interface{ lockKey() string }
 
 // LockAll acquires every Locker of ls, all or nothing, and returns their
 // grants in argument order: hs[i] is the grant of ls[i].
@@ -28,11 +25,11 @@ type ownKeyed interface{ lockKey() string }
 //	LockKey() string
 //
 // that names the lock the same way in every process: the backend, then
-// where the lock lives. This package's Mutex and RWMutex are keyed by
-// "etcd:" and their queue prefix (a Mutex and an RWMutex of one name and
+// where the lock lives. This package's Mutex and RWMutex return "etcd:"
+// and their queue's key prefix (a Mutex and an RWMutex of one name and
 // prefix are one lock); package redis's Mutex and Redlock return "redis:"
-// and "redlock:" and their lock key. A Locker without LockKey (a wrapper that does not
-// pass its inner Locker's key on) is refused with an error matching
+// and "redlock:" and their lock key. A Locker without LockKey (a wrapper
+// that does not pass its inner Locker's key on) is refused with an error matching
 // errors.ErrUnsupported, and so are two Lockers of one lock (the same key):
 // the second would wait for the first forever. These checks come before
 // any acquire.
@@ -136,14 +133,11 @@ func lockOrder(ls []Locker) (order []int, keys []string, err error) {
 		if l == nil {
 			return nil, nil, fmt.Errorf("lock: lock all: ls[%d] is nil", i)
 		}
-		switch k := l.(type) {
-		case ownKeyed:
-			keys[i] = k.lockKey()
-		case keyed:
-			keys[i] = k.LockKey()
-		default:
+		k, ok := l.(keyed)
+		if !ok {
 			return nil, nil, fmt.Errorf("lock: lock all: ls[%d] (%T) has no LockKey method, so its place in the global lock order is unknown: %w", i, l, errors.ErrUnsupported)
 		}
+		keys[i] = k.LockKey()
 		if keys[i] == "" {
 			return nil, nil, fmt.Errorf("lock: lock all: ls[%d] (%T) has an empty LockKey", i, l)
 		}

@@ -261,6 +261,10 @@ func TestLockAllFailureReleases(t *testing.T) {
 // on.
 type noKey struct{ lock.Locker }
 
+// wrapped is a Locker wrapper of a Mutex that passes its LockKey on (by
+// embedding it).
+type wrapped struct{ *lock.Mutex }
+
 // LockAll refuses, before any acquire, a nil Locker, one without LockKey,
 // and two Lockers of one lock (in one backend: two Mutexes, or a Mutex and
 // an RWMutex, of one name); no Locker means nothing to do.
@@ -284,6 +288,7 @@ func TestLockAllRefuses(t *testing.T) {
 		{"no LockKey", []lock.Locker{noKey{mem.Locker("x")}, a}, "ls[0] (lock_test.noKey) has no LockKey method", errors.ErrUnsupported},
 		{"same Mutex twice", []lock.Locker{a, other, newMutex(t, s2, "refuse/a")}, "ls[0] and ls[2] are the same lock (etcd:dlock/lock/refuse%2Fa/)", nil},
 		{"Mutex and RWMutex", []lock.Locker{rw, a}, "ls[0] and ls[1] are the same lock", nil},
+		{"a Mutex and its wrapper", []lock.Locker{a, wrapped{a}}, "ls[0] and ls[1] are the same lock (etcd:dlock/lock/refuse%2Fa/)", nil},
 		{"same Memory lock twice", []lock.Locker{mem.Locker("x"), mem.Locker("x")}, "are the same lock", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

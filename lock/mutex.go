@@ -2,13 +2,11 @@ package lock
 
 import (
 	"context"
-	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/internal/grant"
-	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/session"
 )
@@ -36,9 +34,8 @@ type Mutex struct {
 	q *queue.Queue
 }
 
-// base is what every etcd lock of this package has.
+// base is what every etcd lock of this package has (see newBase).
 type base struct {
-	name string
 	opts options
 	path grant.Path
 }
@@ -52,32 +49,15 @@ var (
 // *session.Manager. The name must pass ValidateName; a nil source or a bad
 // option returns an error matching ErrInvalidOption. New does no I/O.
 func New(src session.Source, name string, opts ...Option) (*Mutex, error) {
-	b, o, err := newLock(src, name, opts)
+	b, err := newBase(src, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	rule := queue.Exclusive
-	if o.lockDelay > 0 {
-		rule = queue.ExclusiveDelay(o.lockDelay)
+	if b.opts.lockDelay > 0 {
+		rule = queue.ExclusiveDelay(b.opts.lockDelay)
 	}
-	return &Mutex{base: b, q: queue.New(src.Client(), o.prefix, name, rule)}, nil
-}
-
-// newLock validates the arguments every etcd lock's constructor takes.
-func newLock(src session.Source, name string, opts []Option) (base, options, error) {
-	if grant.NilSource(src) {
-		return base{}, options{}, fmt.Errorf("%w: session is nil", ErrInvalidOption)
-	}
-	if err := ValidateName(name); err != nil {
-		return base{}, options{}, err
-	}
-	o, err := buildOptions(opts)
-	if err != nil {
-		return base{}, options{}, err
-	}
-	return base{name: name, opts: o, path: grant.Path{
-		Current: grant.Sessions(src.Current), Name: name, Tel: obs.New(o.tel, "etcd"), Errs: sentinels,
-	}}, o, nil
+	return &Mutex{base: b, q: b.path.Queue(rule)}, nil
 }
 
 // Prefix returns the etcd key prefix of the lock's queue: "<prefix>/<name>/"
@@ -85,8 +65,10 @@ func newLock(src session.Source, name string, opts []Option) (base, options, err
 // not range over the keys of "a/b".
 func (m *Mutex) Prefix() string { return m.q.Prefix() }
 
-// lockKey returns "etcd:" and Prefix: the lock's place in LockAll's order.
-func (m *Mutex) lockKey() string { return "etcd:" + m.Prefix() }
+// LockKey returns the lock's place in LockAll's order: "etcd:" and Prefix.
+// An RWMutex of the same name and prefix has the same LockKey: it is the
+// same lock.
+func (m *Mutex) LockKey() string { return "etcd:" + m.Prefix() }
 
 // Lock waits in FIFO order until the lock is granted, ctx ends, or the
 // session ends. The returned Held is a *Grant. On any error the attempt's
@@ -112,7 +94,7 @@ func (b *base) acquire(ctx context.Context, q *queue.Queue, op string, try bool)
 	if err != nil {
 		return nil, err
 	}
-	return &Grant{name: b.name, h: h}, nil
+	return &Grant{name: b.path.Name, h: h}, nil
 }
 
 // Grant is one grant of an etcd lock: the Held returned by Mutex.Lock and

@@ -37,20 +37,16 @@ var _ Locker = (*RWMutex)(nil)
 // *session.Session or a *session.Manager); name and options are checked as
 // by New. It does no I/O.
 func NewRWMutex(src session.Source, name string, opts ...Option) (*RWMutex, error) {
-	b, o, err := newLock(src, name, opts)
+	b, err := newBase(src, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &RWMutex{
-		base:   b,
-		writer: queue.New(src.Client(), o.prefix, name, queue.Exclusive),
-		reader: queue.New(src.Client(), o.prefix, name, queue.Reader),
-	}, nil
+	return &RWMutex{base: b, writer: b.path.Queue(queue.Exclusive), reader: b.path.Queue(queue.Reader)}, nil
 }
 
-// lockKey returns "etcd:" and the queue's prefix, a Mutex's of the same name: the
-// lock's place in LockAll's order, which takes the exclusive side.
-func (rw *RWMutex) lockKey() string { return "etcd:" + rw.writer.Prefix() }
+// LockKey returns the lock's place in LockAll's order, which takes the
+// exclusive side: the LockKey of the Mutex of the same name and prefix.
+func (rw *RWMutex) LockKey() string { return "etcd:" + rw.writer.Prefix() }
 
 // Lock waits in FIFO order until no other grant, reader or writer, holds
 // the lock, with the same errors and cleanup as Mutex.Lock.

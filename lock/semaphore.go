@@ -39,14 +39,14 @@ type Semaphore struct {
 // src (a *session.Session or a *session.Manager). permits must be
 // positive; name and options are checked as by New. It does no I/O.
 func NewSemaphore(src session.Source, name string, permits int, opts ...Option) (*Semaphore, error) {
-	b, o, err := newLock(src, name, opts)
+	b, err := newBase(src, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	if permits <= 0 {
 		return nil, fmt.Errorf("%w: permits %d must be positive", ErrInvalidOption, permits)
 	}
-	return &Semaphore{base: b, permits: permits, q: queue.New(src.Client(), o.prefix, name, queue.Shared(permits))}, nil
+	return &Semaphore{base: b, permits: permits, q: b.path.Queue(queue.Shared(permits))}, nil
 }
 
 // Acquire waits in FIFO order until one of the permits is granted, ctx

@@ -239,7 +239,7 @@ func TestInspectionLayout(t *testing.T) {
 	require.NoError(t, err)
 	r, err := rw.RLock(ctx)
 	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(r.(*lock.Grant).Key(), lock.RWPrefix(rw)+"r/"), "readers' keys are under Prefix()+\"r/\"")
+	assert.True(t, strings.HasPrefix(r.(*lock.Grant).Key(), lock.RWPrefix(rw)+"r/"), "readers' keys are under the queue prefix + \"r/\"")
 	assert.Equal(t, "reader-1", string(value(r.(*lock.Grant).Key())), "a reader's value is its owner alone")
 	require.NoError(t, r.Unlock(ctx))
 	w, err := rw.Lock(ctx)

@@ -21,7 +21,7 @@ const testTTL = 2 * time.Second
 // deleteKey deletes the lock key of h on every client, behind its back.
 func deleteKey(t *testing.T, clients []goredis.UniversalClient, h lock.Held) {
 	t.Helper()
-	key := redis.DefaultKeyPrefix + "{" + h.Token().Name + "}"
+	key := redis.DefaultPrefix + "{" + h.Token().Name + "}"
 	for _, c := range clients {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		err := c.Del(ctx, key).Err()

@@ -136,7 +136,7 @@ func ExampleWithOwner() {
 		log.Fatal(err)
 	}
 	// An operator sees the owner after the grant's random value.
-	v, err := client.Get(ctx, redis.DefaultKeyPrefix+"{migrations}").Result()
+	v, err := client.Get(ctx, redis.DefaultPrefix+"{migrations}").Result()
 	if err != nil {
 		log.Fatal(err)
 	}

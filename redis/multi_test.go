@@ -56,7 +56,7 @@ func TestLockAllEtcdAndRedis(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Zero(t, etcdtest.KeyCount(t, cli, lock.DefaultPrefix+"/mixed%2Fa/"), "etcd key left")
-	n, err := srv.Client(t).Exists(ctx, redis.DefaultKeyPrefix+"{mixed/b}").Result()
+	n, err := srv.Client(t).Exists(ctx, redis.DefaultPrefix+"{mixed/b}").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "Redis lock key left")
 }

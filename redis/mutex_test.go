@@ -54,7 +54,8 @@ func TestNewBadInput(t *testing.T) {
 			_, err := redis.New(c, "x", redis.WithTTL(redis.MinTTL-time.Millisecond))
 			return err
 		}},
-		{"prefix", redis.ErrInvalidOption, "key prefix", func() error { _, err := redis.New(c, "x", redis.WithKeyPrefix("a{")); return err }},
+		{"prefix", redis.ErrInvalidOption, "prefix", func() error { _, err := redis.New(c, "x", redis.WithPrefix("a{")); return err }},
+		{"empty prefix", redis.ErrInvalidOption, "prefix is empty", func() error { _, err := redis.New(c, "x", redis.WithPrefix("")); return err }},
 		{"retry", redis.ErrInvalidOption, "retry max", func() error {
 			_, err := redis.New(c, "x", redis.WithRetry(time.Second, time.Millisecond))
 			return err
@@ -100,7 +101,7 @@ func TestTokenAndKeys(t *testing.T) {
 	ctx := t.Context()
 	s := redistest.Start(t)
 	admin := s.Client(t)
-	m := newMutex(t, s.Client(t), "orders/eu", redis.WithKeyPrefix("app:"))
+	m := newMutex(t, s.Client(t), "orders/eu", redis.WithPrefix("app:"))
 	var last uint64
 	for i := range 3 {
 		h, err := m.Lock(ctx)
@@ -161,14 +162,14 @@ func TestExtend(t *testing.T) {
 	before := g.Deadline()
 	require.NoError(t, g.Extend(ctx))
 	assert.True(t, g.Deadline().After(before))
-	pttl, err := s.Client(t).PTTL(ctx, redis.DefaultKeyPrefix+"{ext}").Result()
+	pttl, err := s.Client(t).PTTL(ctx, redis.DefaultPrefix+"{ext}").Result()
 	require.NoError(t, err)
 	assert.Greater(t, pttl, time.Duration(0))
 
-	require.NoError(t, s.Client(t).Del(ctx, redis.DefaultKeyPrefix+"{ext}").Err())
+	require.NoError(t, s.Client(t).Del(ctx, redis.DefaultPrefix+"{ext}").Err())
 	assert.ErrorIs(t, g.Extend(ctx), lock.ErrLockLost, "Extend after the key was deleted")
 	waitDone(t, g)
-	n, err := s.Client(t).Exists(ctx, redis.DefaultKeyPrefix+"{ext}").Result()
+	n, err := s.Client(t).Exists(ctx, redis.DefaultPrefix+"{ext}").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "Extend must not re-acquire")
 	assert.ErrorIs(t, g.Unlock(ctx), lock.ErrLockLost)
@@ -195,7 +196,7 @@ func TestAutoExtendDetectsLoss(t *testing.T) {
 	m := newMutex(t, s.Client(t), "watch", redis.WithTTL(6*time.Second), redis.WithAutoExtend(0))
 	h, err := m.Lock(ctx)
 	require.NoError(t, err)
-	require.NoError(t, s.Client(t).Del(ctx, redis.DefaultKeyPrefix+"{watch}").Err())
+	require.NoError(t, s.Client(t).Del(ctx, redis.DefaultPrefix+"{watch}").Err())
 	waitDone(t, h)
 	err = h.(*redis.Grant).Err()
 	assert.ErrorIs(t, err, lock.ErrLockLost)
@@ -211,7 +212,7 @@ func TestOwner(t *testing.T) {
 	m := newMutex(t, s.Client(t), "owned", redis.WithOwner("host-1/pid-42"))
 	h, err := m.Lock(ctx)
 	require.NoError(t, err)
-	v, err := s.Client(t).Get(ctx, redis.DefaultKeyPrefix+"{owned}").Result()
+	v, err := s.Client(t).Get(ctx, redis.DefaultPrefix+"{owned}").Result()
 	require.NoError(t, err)
 	random, owner, ok := strings.Cut(v, " ")
 	require.True(t, ok, "%q has an owner part", v)
@@ -238,7 +239,7 @@ func TestReplicas(t *testing.T) {
 	m2 := newMutex(t, master.Client(t), "repl", redis.WithReplicas(2, 50*time.Millisecond))
 	_, err = m2.TryLock(ctx)
 	assert.ErrorIs(t, err, redis.ErrNotReplicated, "only one replica exists")
-	n, err := master.Client(t).Exists(ctx, redis.DefaultKeyPrefix+"{repl}").Result()
+	n, err := master.Client(t).Exists(ctx, redis.DefaultPrefix+"{repl}").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "an unacknowledged grant is released")
 }
@@ -270,14 +271,14 @@ func TestCancelLeavesNoKey(t *testing.T) {
 	holder := newMutex(t, s.Client(t), "cancel")
 	h, err := holder.Lock(ctx)
 	require.NoError(t, err)
-	before, err := admin.Get(ctx, redis.DefaultKeyPrefix+"{cancel}").Result()
+	before, err := admin.Get(ctx, redis.DefaultPrefix+"{cancel}").Result()
 	require.NoError(t, err)
 
 	cctx, ccancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer ccancel()
 	_, err = newMutex(t, s.Client(t), "cancel").Lock(cctx)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	after, err := admin.Get(ctx, redis.DefaultKeyPrefix+"{cancel}").Result()
+	after, err := admin.Get(ctx, redis.DefaultPrefix+"{cancel}").Result()
 	require.NoError(t, err)
 	assert.Equal(t, before, after, "the holder's key is untouched")
 

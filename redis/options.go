@@ -14,8 +14,8 @@ import (
 const (
 	// DefaultTTL is the lock validity when WithTTL is not given.
 	DefaultTTL = 10 * time.Second
-	// DefaultKeyPrefix is the key prefix when WithKeyPrefix is not given.
-	DefaultKeyPrefix = "dlock:"
+	// DefaultPrefix is the key prefix when WithPrefix is not given.
+	DefaultPrefix = "dlock:"
 	// DefaultRetryMin and DefaultRetryMax bound the jittered backoff between
 	// acquire attempts when WithRetry is not given.
 	DefaultRetryMin = 20 * time.Millisecond
@@ -63,7 +63,7 @@ type options struct {
 func defaults() options {
 	return options{
 		ttl:         DefaultTTL,
-		prefix:      DefaultKeyPrefix,
+		prefix:      DefaultPrefix,
 		retryMin:    DefaultRetryMin,
 		retryMax:    DefaultRetryMax,
 		nodeTimeout: DefaultNodeTimeout,
@@ -76,11 +76,12 @@ func defaults() options {
 // (10s). It must be at least MinTTL (1s), for the reason MinTTL gives.
 func WithTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
 
-// WithKeyPrefix sets the prefix of the lock's keys and channels: the lock
-// key is prefix+"{"+name+"}", and the others add a suffix to it (the hash
-// tag keeps them in one Cluster slot). Optional, defaults to
-// DefaultKeyPrefix ("dlock:"). It must not contain '{' or '}'.
-func WithKeyPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+// WithPrefix sets the key prefix under which the lock's keys live: the
+// lock key is prefix+"{"+name+"}", and its other keys and channels add a
+// suffix to it (the hash tag keeps them in one Cluster slot). Optional,
+// defaults to DefaultPrefix ("dlock:"). It must not be empty or contain
+// "{" or "}".
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
 // WithRetry bounds the jittered exponential backoff between Lock's
 // attempts; a release notification wakes a waiter sooner. Optional,
@@ -106,10 +107,10 @@ func WithAutoExtend(maxHold time.Duration) Option {
 	return func(o *options) { o.autoExtend, o.maxHold = true, maxHold }
 }
 
-// WithOwner stores owner (for example "host-3/pid-42") in every grant's
-// key, after its random value and a space, so that operators can see who
-// holds a lock. Optional, defaults to none. It must be printable ASCII
-// without spaces, at most 256 bytes.
+// WithOwner sets the owner stored with every grant, so that inspection
+// tools show who holds the lock: in the lock key's value, after the
+// grant's random value and a space. Optional, defaults to none. It must be
+// printable ASCII without spaces, at most 256 bytes.
 func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }
 
 // WithReplicas makes a Mutex grant (on a *goredis.Client or ClusterClient)
@@ -121,11 +122,11 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) { o.replicas, o.replicaTimeout = n, timeout }
 }
 
-// WithTelemetry sets where the lock's metrics (dlock.acquire.duration,
-// dlock.held, dlock.lost, with dlock.backend "redis" or "redlock"), spans
-// (one per Lock and TryLock) and logs (grants and releases at DEBUG,
-// losses at WARN) go. Optional, defaults to the global OpenTelemetry
-// providers and no logs.
+// WithTelemetry sets where the lock's metrics, spans and logs go (see
+// package telemetry): dlock.acquire.duration, dlock.held and dlock.lost
+// (dlock.backend "redis" or "redlock"), a span per Lock and TryLock, grants
+// and releases at DEBUG and losses at WARN. Optional, defaults to the zero
+// Providers: the global OpenTelemetry providers and no logs.
 func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.tel = obs.Config(p) } }
 
 func (o *options) driftAllowance() time.Duration {

@@ -65,7 +65,7 @@ func TestRedlockQuorum(t *testing.T) {
 	// that answered after the decision, themselves).
 	drain(t)
 	for _, i := range []int{1, 3} {
-		n, err := servers[i].Client(t).Exists(ctx, redis.DefaultKeyPrefix+"{quorum}").Result()
+		n, err := servers[i].Client(t).Exists(ctx, redis.DefaultPrefix+"{quorum}").Result()
 		require.NoError(t, err)
 		assert.Zero(t, n, "node %d keeps a key after failed attempts", i)
 	}
@@ -110,7 +110,7 @@ func TestRedlockExtendOnMajority(t *testing.T) {
 
 	// On 2 of 5 only, with 2 nodes unreachable: no majority to extend on,
 	// but not certainly lost either; the old deadline stands.
-	require.NoError(t, clients[2].Del(ctx, redis.DefaultKeyPrefix+"{extend}").Err())
+	require.NoError(t, clients[2].Del(ctx, redis.DefaultPrefix+"{extend}").Err())
 	err = g.Extend(ctx)
 	assert.ErrorIs(t, err, redis.ErrNoQuorum, "Extend with the grant on 2 of 5, 2 unknown")
 	assert.NotErrorIs(t, err, lock.ErrLockLost)
@@ -118,7 +118,7 @@ func TestRedlockExtendOnMajority(t *testing.T) {
 
 	// Gone on all 3 reachable nodes: certainly lost.
 	for _, c := range clients[3:] {
-		require.NoError(t, c.Del(ctx, redis.DefaultKeyPrefix+"{extend}").Err())
+		require.NoError(t, c.Del(ctx, redis.DefaultPrefix+"{extend}").Err())
 	}
 	err = g.Extend(ctx)
 	assert.ErrorIs(t, err, lock.ErrLockLost, "Extend with the grant gone from 3 of 5")

@@ -33,7 +33,7 @@ func TestReplicasClients(t *testing.T) {
 	drainAtEnd(t)
 	_, err = m.TryLock(ctx)
 	assert.ErrorIs(t, err, redis.ErrNotReplicated, "the cluster's masters have no replicas: WAIT ran and counted none")
-	n, err := cl.Client(t).Exists(ctx, redis.DefaultKeyPrefix+"{wait}").Result()
+	n, err := cl.Client(t).Exists(ctx, redis.DefaultPrefix+"{wait}").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "the unacknowledged grant was released")
 

@@ -45,7 +45,7 @@ func keyCount(ctx context.Context, t *testing.T, servers []*redistest.Server, na
 	t.Helper()
 	n := 0
 	for i, s := range servers {
-		c, err := s.Client(t).Exists(ctx, redis.DefaultKeyPrefix+"{"+name+"}").Result()
+		c, err := s.Client(t).Exists(ctx, redis.DefaultPrefix+"{"+name+"}").Result()
 		require.NoError(t, err, "node %d", i)
 		n += int(c)
 	}
@@ -117,7 +117,7 @@ func TestRedlockLateGrantAfterFailure(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.Unlock(ctx))
 
-	key := redis.DefaultKeyPrefix + "{" + name + "}"
+	key := redis.DefaultPrefix + "{" + name + "}"
 	for _, i := range []int{0, 1} {
 		require.NoError(t, servers[i].Client(t).Set(ctx, key, "someone-else", time.Minute).Err())
 	}
@@ -203,7 +203,7 @@ func TestRedlockUnlockCountsNodesStillOut(t *testing.T) {
 	}
 	h, err = r.Lock(ctx)
 	require.NoError(t, err, "granted by nodes 0, 1 and 2")
-	key := redis.DefaultKeyPrefix + "{" + name + "}"
+	key := redis.DefaultPrefix + "{" + name + "}"
 	for _, i := range []int{0, 1} {
 		require.NoError(t, servers[i].Client(t).Del(ctx, key).Err())
 	}
@@ -264,7 +264,7 @@ func testMutexStalledNode(t *testing.T, client func(*redistest.Server, testing.T
 	h, err := m.Lock(ctx) // warm the pool
 	require.NoError(t, err)
 	require.NoError(t, h.Unlock(ctx))
-	key := redis.DefaultKeyPrefix + "{" + name + "}"
+	key := redis.DefaultPrefix + "{" + name + "}"
 
 	// returns runs f with a short ctx while the node is stopped and checks
 	// that it returns ctx's error before go-redis' ReadTimeout could have
@@ -375,7 +375,7 @@ type stoppable struct {
 // (a Ring without ContextTimeoutEnabled): its TryLock waits for the node.
 func TestNodeTimeoutBoundsCommands(t *testing.T) {
 	const name = "capped"
-	key := redis.DefaultKeyPrefix + "{" + name + "}"
+	key := redis.DefaultPrefix + "{" + name + "}"
 	plain := func(deadlines bool) func(t *testing.T) stoppable {
 		return func(t *testing.T) stoppable {
 			s := redistest.Start(t)

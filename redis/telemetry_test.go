@@ -141,7 +141,7 @@ func TestTelemetryMutex(t *testing.T) {
 	backend := attribute.String("dlock.backend", "redis")
 	s := redistest.Start(t)
 	admin := s.Client(t)
-	const key = redis.DefaultKeyPrefix + "{orders}"
+	const key = redis.DefaultPrefix + "{orders}"
 	m := newMutex(t, s.Client(t), "orders", append(o.opts, redis.WithTTL(10*time.Second))...)
 
 	h, err := m.Lock(ctx)
@@ -254,7 +254,7 @@ func TestTelemetryRedlock(t *testing.T) {
 	backend := attribute.String("dlock.backend", "redlock")
 	servers := redistest.StartN(t, 3)
 	clients := redistest.Clients(t, servers)
-	const key = redis.DefaultKeyPrefix + "{orders}"
+	const key = redis.DefaultPrefix + "{orders}"
 	newRedlock := func(opts ...redis.Option) *redis.Redlock {
 		r, err := redis.NewRedlock(clients, "orders", append(o.opts, opts...)...)
 		require.NoError(t, err)

@@ -231,7 +231,7 @@ func (a *acquireCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHo
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		args := cmd.Args()
 		if len(args) > 1 && (cmd.Name() == "evalsha" && args[1] == redis.AcquireScriptHash || cmd.Name() == "eval" && args[1] == redis.AcquireScriptSrc ||
-			cmd.Name() == "set" && slices.Contains(args, any("nx")) && strings.HasPrefix(fmt.Sprint(args[1]), redis.DefaultKeyPrefix)) {
+			cmd.Name() == "set" && slices.Contains(args, any("nx")) && strings.HasPrefix(fmt.Sprint(args[1]), redis.DefaultPrefix)) {
 			a.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -257,7 +257,7 @@ func testFailedAttemptQuiet(t *testing.T, late bool) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	const name = "wake/failed"
-	key := redis.DefaultKeyPrefix + "{" + name + "}"
+	key := redis.DefaultPrefix + "{" + name + "}"
 	channel := key + ":released"
 	servers := redistest.StartN(t, 3)
 	admins := redistest.Clients(t, servers)

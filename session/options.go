@@ -48,11 +48,11 @@ func build(opts []Option) (options, error) {
 // least MinTTL.
 func WithTTL(ttl time.Duration) Option { return func(o *options) { o.ttl = ttl } }
 
-// WithTelemetry sets where the session records its end
-// (dlock.session.ended, by cause) and logs it (WARN when it expired or its
-// lease is gone, DEBUG on Close), and where a Manager logs its sessions'
-// starts and failed starts. Optional, defaults to the global
-// OpenTelemetry providers and no logs.
+// WithTelemetry sets where the session's metrics and logs go (see package
+// telemetry): dlock.session.ended (by cause), its end logged at WARN when
+// it expired or its lease is gone and at DEBUG on Close, and a Manager's
+// sessions' starts and failed starts. Optional, defaults to the zero
+// Providers: the global OpenTelemetry providers and no logs.
 func WithTelemetry(p telemetry.Providers) Option { return func(o *options) { o.tel = p } }
 
 // WithHeartbeat sets the interval between keepalives. Optional, defaults to

@@ -1,9 +1,9 @@
 // Package telemetry says where dlock's OpenTelemetry metrics and traces,
 // and its log/slog logs, go ([Providers], given to the WithTelemetry option
-// of session, lock, election and the contrib guards, or as the same three
-// fields of dlock.Config), and records the telemetry of fencing guards
-// ([Fence], [Guard]), so that every guard, in this module or outside it,
-// records the same instruments.
+// of session, lock, election, redis and the contrib guards, or as the same
+// three fields of dlock.Config), and records the telemetry of fencing
+// guards ([Fence], [FenceOf], [Guard]), so that every guard, in this module
+// or outside it, records the same instruments.
 //
 // # Guarantee
 //

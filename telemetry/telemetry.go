@@ -46,6 +46,20 @@ func (f *Fence) Write(ctx context.Context, t fence.Token, fn func(ctx context.Co
 	return f.g.Write(ctx, t.Name, t.Seq, fn)
 }
 
+// FenceOf is NewFence with the Providers that opts set, applied in order
+// to the zero Providers (a nil option is skipped): for a guard whose only
+// options set its Providers and whose constructor returns no error, such
+// as contrib/httpfence's Middleware and contrib/grpcfence's interceptors.
+func FenceOf[O ~func(*Providers)](guard string, opts []O) *Fence {
+	var p Providers
+	for _, o := range opts {
+		if o != nil {
+			o(&p)
+		}
+	}
+	return NewFence(guard, p)
+}
+
 // Guard returns g with every Admit recorded by a Fence called guard: for a
 // guard without telemetry of its own, such as fence.MemoryGuard.
 func Guard(g fence.Guard, guard string, p Providers) fence.Guard {

@@ -66,7 +66,7 @@ func (s clientStream) RecvMsg(m any) error { return fromStatus(s.ClientStream.Re
 // malformed metadata or a token with Seq 0 or an empty name, and
 // Unavailable when g fails otherwise (the guard's own error is not sent).
 func UnaryServerInterceptor(g fence.Guard, opts ...Option) grpc.UnaryServerInterceptor {
-	tel := guardTelemetry("grpc", opts)
+	tel := telemetry.FenceOf("grpc", opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx, err := admit(ctx, g, tel)
 		if err != nil {
@@ -79,7 +79,7 @@ func UnaryServerInterceptor(g fence.Guard, opts ...Option) grpc.UnaryServerInter
 // StreamServerInterceptor is UnaryServerInterceptor for streams: the token
 // is admitted once, when the stream starts.
 func StreamServerInterceptor(g fence.Guard, opts ...Option) grpc.StreamServerInterceptor {
-	tel := guardTelemetry("grpc", opts)
+	tel := telemetry.FenceOf("grpc", opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, err := admit(ss.Context(), g, tel)
 		if err != nil {

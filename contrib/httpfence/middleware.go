@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/telemetry"
 )
 
 // Middleware returns middleware that admits each request's fencing token
@@ -20,7 +21,7 @@ import (
 // Admission is not atomic with what next does; see the package
 // documentation.
 func Middleware(g fence.Guard, opts ...Option) func(http.Handler) http.Handler {
-	tel := guardTelemetry("http", opts)
+	tel := telemetry.FenceOf("http", opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			tok, err := FromHeader(r.Header)

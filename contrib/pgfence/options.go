@@ -61,10 +61,11 @@ func validIdent(s string) error {
 	return nil
 }
 
-// WithTelemetry sets where the guard's rejected tokens are counted
-// (dlock.fence.rejected, dlock.guard="postgres") and logged (WARN), and where
-// the spans of its guarded writes go. Optional, defaults to the global
-// OpenTelemetry providers and no logs.
+// WithTelemetry sets where the guard's metrics, spans and logs go (see
+// package telemetry): dlock.fence.rejected (dlock.guard "postgres") with
+// each rejected token logged at WARN, and a span per guarded write.
+// Optional, defaults to the zero Providers: the global OpenTelemetry
+// providers and no logs.
 func WithTelemetry(p telemetry.Providers) Option {
 	return func(o *options) error { o.tel = p; return nil }
 }

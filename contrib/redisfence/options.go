@@ -6,7 +6,7 @@ import (
 	"github.com/dlock-go/dlock/telemetry"
 )
 
-// DefaultPrefix is the prefix of fence keys when WithPrefix is not given.
+// DefaultPrefix is the key prefix when WithPrefix is not given.
 const DefaultPrefix = "dlock:fence:"
 
 // Option configures a Guard.
@@ -19,8 +19,9 @@ type options struct {
 
 func defaults() options { return options{prefix: DefaultPrefix} }
 
-// WithPrefix sets the prefix of fence keys: the key for lock name n is
-// prefix+n. It must not be empty. Optional, defaults to DefaultPrefix.
+// WithPrefix sets the key prefix under which the guard's keys live: the
+// key of lock name n is prefix+n. Optional, defaults to DefaultPrefix
+// ("dlock:fence:"). It must not be empty.
 func WithPrefix(prefix string) Option {
 	return func(o *options) error {
 		if prefix == "" {
@@ -31,10 +32,11 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithTelemetry sets where the guard's rejected tokens are counted
-// (dlock.fence.rejected, dlock.guard="redis") and logged (WARN), and where
-// the spans of its guarded writes go. Optional, defaults to the global
-// OpenTelemetry providers and no logs.
+// WithTelemetry sets where the guard's metrics, spans and logs go (see
+// package telemetry): dlock.fence.rejected (dlock.guard "redis") with each
+// rejected token logged at WARN, and a span per guarded write. Optional,
+// defaults to the zero Providers: the global OpenTelemetry providers and no
+// logs.
 func WithTelemetry(p telemetry.Providers) Option {
 	return func(o *options) error { o.tel = p; return nil }
 }

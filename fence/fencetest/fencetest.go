@@ -13,10 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/testsuite"
 )
 
 // DefaultTimeout bounds every wait of the suite when Config.Timeout is zero.
-const DefaultTimeout = 30 * time.Second
+const DefaultTimeout = testsuite.DefaultTimeout
 
 // BadToken is a token that every guard must reject before touching its
 // storage, with the error it must match.
@@ -57,10 +58,7 @@ type Config struct {
 func Run(t *testing.T, c Config) {
 	t.Helper()
 	require.NotNil(t, c.New, "Config.New is required")
-	s := &suite{c: c, timeout: c.Timeout}
-	if s.timeout <= 0 {
-		s.timeout = DefaultTimeout
-	}
+	s := &suite{c: c, timeout: testsuite.Timeout(c.Timeout)}
 	t.Run("AdmitFirst", s.admitFirst)
 	t.Run("AdmitEqual", s.admitEqual)
 	t.Run("RejectLower", s.rejectLower)
@@ -86,9 +84,7 @@ const (
 )
 
 func (s *suite) ctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), s.timeout)
-	t.Cleanup(cancel)
-	return ctx
+	return testsuite.Context(t, s.timeout)
 }
 
 // checkHighest checks the stored mark for name, if Config.Highest is set.
@@ -221,7 +217,7 @@ func (s *suite) concurrent(t *testing.T) {
 			if seq < before {
 				t.Errorf("token %d admitted after token %d had been admitted", seq, before)
 			}
-			atomicMax(&maxAdmitted, seq)
+			testsuite.Raise(&maxAdmitted, seq)
 		}
 		return err
 	}

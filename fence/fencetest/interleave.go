@@ -104,13 +104,3 @@ func deal() [][]uint64 {
 	}
 	return hands
 }
-
-// atomicMax raises v to x if x is higher.
-func atomicMax(v *atomic.Uint64, x uint64) {
-	for {
-		cur := v.Load()
-		if x <= cur || v.CompareAndSwap(cur, x) {
-			return
-		}
-	}
-}

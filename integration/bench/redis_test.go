@@ -312,7 +312,7 @@ func (a *acquireCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHo
 		args := cmd.Args()
 		sha, _ := a.learned.Load().(string)
 		if len(args) > 1 && (cmd.Name() == "evalsha" && args[1] == sha ||
-			cmd.Name() == "set" && slices.Contains(args, any("nx")) && strings.HasPrefix(fmt.Sprint(args[1]), redis.DefaultKeyPrefix)) {
+			cmd.Name() == "set" && slices.Contains(args, any("nx")) && strings.HasPrefix(fmt.Sprint(args[1]), redis.DefaultPrefix)) {
 			a.n.Add(1)
 		}
 		return next(ctx, cmd)

@@ -1,8 +1,9 @@
 // Package grant is the one grant path of dlock's etcd primitives (the
 // Mutex, Semaphore and RWMutex of package lock, and package election's
-// Campaign): the session an acquire runs on, the queue's acquire, its
-// telemetry, the classification of the grant's end, and the mapping of the
-// queue's causes to the calling package's errors.
+// Campaign): their construction and its checks (New), the session an
+// acquire runs on, the queue's acquire, its telemetry, the classification
+// of the grant's end, and the mapping of the queue's causes to the calling
+// package's errors.
 package grant
 
 import (
@@ -10,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/obs"
@@ -26,6 +29,9 @@ type Errors struct {
 	SessionDone error  // the session ended before or while acquiring
 	LeaseGone   error  // the cause when an entry vanished with its lease
 	Closed      error  // the source is closed (a session.Manager's Close)
+	// InvalidName and InvalidOption are the constructors' errors (see
+	// New).
+	InvalidName, InvalidOption error
 	// Permits says what a semaphore's permits mismatch is (nil: the
 	// package has no semaphore).
 	Permits func(*queue.PermitsError) error
@@ -76,6 +82,8 @@ func (e *Errors) sessionCause(err error) error {
 type Path struct {
 	// Current returns the session for the next acquire (see Sessions).
 	Current func(context.Context) (queue.Session, error)
+	Client  *clientv3.Client // the client the sessions run on
+	Prefix  string           // the etcd key prefix of the queues (see Queue)
 	Name    string
 	Tel     *obs.T
 	Errs    *Errors

@@ -59,11 +59,14 @@ func EtcdPrefix(p string) error {
 	return nil
 }
 
-// RedisPrefix reports whether p is a valid Redis key prefix: without "{"
-// or "}" (the lock name's hash tag goes there).
+// RedisPrefix reports whether p is a valid Redis key prefix: not empty,
+// and without "{" or "}" (the lock name's hash tag goes there).
 func RedisPrefix(p string) error {
-	if strings.ContainsAny(p, "{}") {
-		return fmt.Errorf("key prefix %q must not contain '{' or '}'", p)
+	switch {
+	case p == "":
+		return errors.New("prefix is empty")
+	case strings.ContainsAny(p, "{}"):
+		return fmt.Errorf("prefix %q must not contain '{' or '}'", p)
 	}
 	return nil
 }

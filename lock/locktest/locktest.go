@@ -13,11 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/internal/testsuite"
 	"github.com/dlock-go/dlock/lock"
 )
 
 // DefaultTimeout bounds every wait of the suite when Backend.Timeout is zero.
-const DefaultTimeout = 30 * time.Second
+const DefaultTimeout = testsuite.DefaultTimeout
 
 // Contention parameters of the mutual-exclusion test.
 const (
@@ -63,10 +64,7 @@ func Run(t *testing.T, b Backend) {
 	t.Helper()
 	require.NotNil(t, b.New, "Backend.New is required")
 	require.NotNil(t, b.Lose, "Backend.Lose is required")
-	s := &suite{b: b, timeout: b.Timeout}
-	if s.timeout <= 0 {
-		s.timeout = DefaultTimeout
-	}
+	s := &suite{b: b, timeout: testsuite.Timeout(b.Timeout)}
 	t.Run("MutualExclusion", s.mutualExclusion)
 	t.Run("TryLock", s.tryLock)
 	t.Run("CancelWhileWaiting", s.cancelWhileWaiting)
@@ -93,9 +91,7 @@ func name(t *testing.T) string {
 }
 
 func (s *suite) ctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), s.timeout)
-	t.Cleanup(cancel)
-	return ctx
+	return testsuite.Context(t, s.timeout)
 }
 
 // mustLock acquires l within the suite's timeout.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlock-go/dlock/internal/testsuite"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -38,10 +39,7 @@ func RunSemaphore(t *testing.T, b SemaphoreBackend) {
 	t.Helper()
 	require.NotNil(t, b.New, "SemaphoreBackend.New is required")
 	require.NotNil(t, b.Lose, "SemaphoreBackend.Lose is required")
-	s := &semSuite{suite: suite{timeout: b.Timeout}, b: b}
-	if s.timeout <= 0 {
-		s.timeout = DefaultTimeout
-	}
+	s := &semSuite{suite: suite{timeout: testsuite.Timeout(b.Timeout)}, b: b}
 	t.Run("Permits", s.permits)
 	t.Run("NeverMoreThanPermits", s.neverMore)
 	t.Run("CancelWhileWaiting", s.cancel)
@@ -98,8 +96,7 @@ func (s *semSuite) neverMore(t *testing.T) {
 					return
 				}
 				in := inside.Add(1)
-				for m := most.Load(); in > m && !most.CompareAndSwap(m, in); m = most.Load() {
-				}
+				testsuite.Raise(&most, in)
 				grants.Add(1)
 				inside.Add(-1)
 				assert.NoError(t, h.Unlock(ctx))
@@ -190,10 +187,7 @@ type RWBackend struct {
 func RunRW(t *testing.T, b RWBackend) {
 	t.Helper()
 	require.NotNil(t, b.New, "RWBackend.New is required")
-	s := &rwSuite{suite: suite{timeout: b.Timeout}, b: b}
-	if s.timeout <= 0 {
-		s.timeout = DefaultTimeout
-	}
+	s := &rwSuite{suite: suite{timeout: testsuite.Timeout(b.Timeout)}, b: b}
 	t.Run("ReadersShare", s.readersShare)
 	t.Run("WriterExcludes", s.writerExcludes)
 	t.Run("NoWriterStarvation", s.noStarvation)
@@ -329,8 +323,7 @@ func (s *rwSuite) contention(t *testing.T) {
 				if win.Load() != 0 {
 					bad.Add(1)
 				}
-				for m := maxReaders.Load(); in > m && !maxReaders.CompareAndSwap(m, in); m = maxReaders.Load() {
-				}
+				testsuite.Raise(&maxReaders, in)
 				rin.Add(-1)
 				assert.NoError(t, h.Unlock(ctx))
 			}

@@ -165,9 +165,10 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 }
 
 // queueKeysOf returns where the queue of the lock (or election) name is:
-// a Mutex's prefix, which the Client's Locker of name, an RWMutex or a
-// Semaphore of name share (readers' keys under "r/" in it); an election's
-// queue has the same layout under "<prefix>/election" (see Client.Election).
+// a Mutex's prefix, which the
+// Client's Locker of name, an RWMutex or a Semaphore of name share
+// (readers' keys under "r/" in it); an election's queue has the same
+// layout under "<prefix>/election" (see Client.Election).
 func queueKeysOf(client *dlock.Client, name string, isElection bool) (queueKeys, error) {
 	root := client.Config().Prefix + "/lock"
 	if isElection {
@@ -177,10 +178,11 @@ func queueKeysOf(client *dlock.Client, name string, isElection bool) (queueKeys,
 	if err != nil {
 		return queueKeys{}, err
 	}
+	prefix := m.Prefix()
 	if isElection {
-		return queueKeys{prefix: m.Prefix()}, nil
+		return queueKeys{prefix: prefix}, nil
 	}
-	return queueKeys{prefix: m.Prefix(), readerPrefix: m.Prefix() + "r/"}, nil
+	return queueKeys{prefix: prefix, readerPrefix: prefix + "r/"}, nil
 }
 
 // inspector reads one queue.
