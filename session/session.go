@@ -78,10 +78,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 // and the heartbeat schedule run on internal/fault's clock, which is the
 // monotonic clock unless the build has the tag dlock_faults.
 func (o *options) validity(ttl time.Duration) time.Duration {
-	if fault.Planted(fault.LateDone) {
-		return ttl + ttl/2 // the planted bug: past the server's expiry
-	}
-	return ttl - o.margin
+	return fault.Validity(ttl, ttl-o.margin) // the plant LateDone makes it later
 }
 
 func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline time.Time) *Session {

@@ -291,37 +291,16 @@ func (q *Queue) abandonTxn(t ticket, unknown bool) (clientv3.Cmp, []clientv3.Op,
 // leave deletes t's entry if it is still the same key (a delete guarded by
 // its create revision, which never removes a later entry) and frees its
 // name. It reports whether it deleted the entry; false means it was gone.
-// (Under the planted bug fault.UnguardedRelease it deletes the queue's
-// first entry instead: removeHead.)
 func (q *Queue) leave(ctx context.Context, t ticket) (bool, error) {
-	var deleted bool
-	var err error
 	if fault.Planted(fault.UnguardedRelease) {
-		deleted, err = q.removeHead(ctx)
-	} else {
-		deleted, err = q.remove(ctx, t.entry)
+		return q.removeHead(ctx, t) // the plant (plant.go): the queue's first entry instead
 	}
+	deleted, err := q.remove(ctx, t.entry)
 	if err != nil {
 		return false, err
 	}
 	t.st.release(t.slot)
 	return deleted, nil
-}
-
-// removeHead is the planted bug fault.UnguardedRelease: a release that
-// takes its entry for the holder without checking, so deletes the queue's
-// first entry (and its side keys), whatever it is, with no create-revision
-// guard. It reports whether it deleted a key.
-func (q *Queue) removeHead(ctx context.Context) (bool, error) {
-	resp, err := q.kv.Get(ctx, q.keys, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
-	if err != nil || len(resp.Kvs) == 0 {
-		return false, err
-	}
-	dr, err := q.kv.Txn(ctx).Then(q.deletes(string(resp.Kvs[0].Key))...).Commit()
-	if err != nil {
-		return false, err
-	}
-	return dr.Responses[0].GetResponseDeleteRange().Deleted > 0, nil
 }
 
 // deletes are the deletes of the entry whose key is key and of its side
