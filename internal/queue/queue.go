@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,13 +8,14 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock/internal/attach"
 	"github.com/dlock-go/dlock/internal/retry"
 )
 
 // Session is what a queue needs of a session: package session's *Session.
 // The queue keeps its lease-bound bookkeeping in an attachment of the
-// session (see state.go), which the session runs at each heartbeat and
-// ends with itself.
+// session (internal/attach; see state.go), which the session runs at each
+// heartbeat and ends with itself.
 type Session interface {
 	Lease() clientv3.LeaseID
 	Client() *clientv3.Client
@@ -23,14 +23,7 @@ type Session interface {
 	// Err says why the session ended (matching the session's ErrExpired,
 	// ErrLeaseGone or ErrClosed), once Done is closed.
 	Err() error
-	Attach(key any, mk func() Attachment) Attachment
-}
-
-// Attachment is session.Attachment: the same interface type, so that
-// *session.Session is a Session without this package importing it.
-type Attachment = interface {
-	Heartbeat(ctx context.Context)
-	End(err error)
+	attach.Owner
 }
 
 // The causes an acquire or a hold reports. Callers map them to their own

@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock/internal/attach"
 	"github.com/dlock-go/dlock/internal/retry"
 )
 
@@ -43,7 +44,7 @@ type stateKey struct{}
 
 // stateOf returns s's state, attaching it on first use.
 func stateOf(s Session) *state {
-	return s.Attach(stateKey{}, func() Attachment {
+	return attach.To(s, stateKey{}, func() attach.Attachment {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		return &state{
 			lease: fmt.Sprintf("%016x", int64(s.Lease())), id: s.Lease(), cli: s.Client(), kv: retry.NewKV(s.Client()),
