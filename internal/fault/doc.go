@@ -41,10 +41,11 @@
 //
 //   - LateDone: session's options.validity returns Validity(ttl,
 //     ttl − margin); Validity (here) makes it ttl + ttl/2.
-//   - SkipCheck: internal/queue's Queue.Acquire waits only unless
-//     Planted(SkipCheck); an entry then takes itself for granted.
-//   - UnguardedRelease: internal/queue's leave returns removeHead
-//     (internal/queue/plant.go, with the tag) if Planted(UnguardedRelease).
+//   - SkipCheck: internal/queue's Queue.Acquire (acquire.go) waits only
+//     unless Planted(SkipCheck); an entry then takes itself for granted.
+//   - UnguardedRelease: internal/queue's leave (hold.go) returns
+//     removeHead (internal/queue/plant.go, built with the tag only) if
+//     Planted(UnguardedRelease).
 //
 // Without the tag each hook is a constant the compiler folds away: the
 // functions they sit in compile to the same instructions as without them.
