@@ -41,6 +41,9 @@ func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*
 	if err != nil {
 		return nil, cause(ctx, bctx, s, err)
 	}
+	// The grant: the rule judges the enqueue's reads, then waits. A try
+	// acquire that would wait is occupied (with a free compare the Txn
+	// refused it already; without one, Shared's, it is judged here).
 	t := en.t
 	err = q.rule.admit(en.reads)
 	if err == nil && try && t.queued {
@@ -49,7 +52,7 @@ func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*
 	if err == nil && !fault.Planted(fault.SkipCheck) { // the plant SkipCheck: granted without waiting
 		err = q.rule.wait(bctx, q, t.entry, en.reads)
 	}
-	if err != nil {
+	if err != nil { // the one place that abandons an entry
 		if errors.Is(err, ErrEntryGone) && q.leaseGone(bctx, s) {
 			err = &endedError{ErrLeaseGone}
 		}

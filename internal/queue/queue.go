@@ -26,6 +26,10 @@ type Session interface {
 	attach.Owner
 }
 
+// ErrLeaseGone is the cause of an acquire whose entry vanished with its
+// lease: the lease was revoked or expired before the session noticed.
+var ErrLeaseGone = errors.New("queue: lease gone")
+
 // The causes an acquire or a hold reports. Callers map them to their own
 // package's errors in one place; every other error is ctx's (an error
 // matching ctx.Err()) or etcd's, passed through.
@@ -47,10 +51,6 @@ var (
 	// with another number of permits (or by another kind of lock).
 	ErrPermits = errors.New("queue: permits mismatch")
 )
-
-// ErrLeaseGone is the cause of an acquire whose entry vanished with its
-// lease: the lease was revoked or expired before the session noticed.
-var ErrLeaseGone = errors.New("queue: lease gone")
 
 // endedError is an ErrSessionEnded with the session's cause.
 type endedError struct{ cause error }
