@@ -36,8 +36,8 @@
 //     revokes the lease, so a session that expired only locally releases
 //     its keys at once when etcd is reachable.
 //   - One heartbeat loop serves every lock of the session. The locks and
-//     elections keep their lease-bound state in an Attachment (Attach),
-//     whose End runs before Done closes, so their grants report a loss no
-//     later than the session; its Heartbeat, after each acknowledged
-//     keepalive, checks the keys of the watched grants in one request.
+//     elections keep their lease-bound state with the session, which ends
+//     it before Done closes, so their grants report a loss no later than
+//     the session; after each acknowledged keepalive it checks the keys of
+//     the watched grants in one request.
 package session

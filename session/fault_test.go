@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/internal/attach"
 	"github.com/dlock-go/dlock/internal/fault"
 	"github.com/dlock-go/dlock/internal/fault/faulttest"
 	"github.com/dlock-go/dlock/session"
@@ -168,7 +169,7 @@ func TestFaultSessionEndHook(t *testing.T) {
 		co := newCutOff(t, ctx)
 		l := &hookLog{s: co.s}
 		fault.OnSessionEnd(l.hook)
-		co.s.Attach(key{}, func() session.Attachment { return l })
+		attach.To(co.s, key{}, func() attach.Attachment { return l })
 		co.wait(t, ctx)
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -190,7 +191,7 @@ func TestFaultSessionEndHook(t *testing.T) {
 		require.NoError(t, err)
 		l := &hookLog{s: s}
 		fault.OnSessionEnd(l.hook)
-		s.Attach(key{}, func() session.Attachment { return l })
+		attach.To(s, key{}, func() attach.Attachment { return l })
 		require.NoError(t, s.Close(ctx))
 		require.NoError(t, s.Close(ctx))
 		l.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dlock-go/dlock/internal/attach"
 	"github.com/dlock-go/dlock/internal/fault"
 	"github.com/dlock-go/dlock/internal/obs"
 	"github.com/dlock-go/dlock/internal/retry"
@@ -42,13 +43,19 @@ type Session struct {
 	cancel context.CancelCauseFunc
 	tel    *obs.T
 
-	mu          sync.Mutex
-	deadline    time.Time // carries a monotonic reading
-	err         error
-	closed      bool
-	attachments map[any]Attachment // nil once the session has ended
-	order       []Attachment       // in order of attachment
+	mu       sync.Mutex
+	deadline time.Time // carries a monotonic reading
+	err      error
+	closed   bool
+
+	// The lease-bound state of the locks and elections on the session
+	// (internal/queue's), which it beats and ends: embedded, under an
+	// unexported name, so that it makes *Session an attach.Owner without
+	// a method in the session's API.
+	attachSet
 }
+
+type attachSet = attach.Set
 
 // New grants a lease on cli and starts its heartbeat loop. It fails if an
 // option is invalid (the error names it and matches ErrInvalidOption), or if
@@ -78,27 +85,23 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Session, e
 // and the heartbeat schedule run on internal/fault's clock, which is the
 // monotonic clock unless the build has the tag dlock_faults.
 func (o *options) validity(ttl time.Duration) time.Duration {
-	if fault.Planted(fault.LateDone) {
-		return ttl + ttl/2 // the planted bug: past the server's expiry
-	}
-	return ttl - o.margin
+	return fault.Validity(ttl, ttl-o.margin) // the plant LateDone makes it later
 }
 
 func newSession(cli *clientv3.Client, id clientv3.LeaseID, o options, deadline time.Time) *Session {
 	loopCtx, stop := context.WithCancel(context.Background())
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Session{
-		ctx:         ctx,
-		cancel:      cancel,
-		attachments: make(map[any]Attachment),
-		cli:         cli,
-		id:          id,
-		opts:        o,
-		done:        make(chan struct{}),
-		stopLoop:    stop,
-		loopDone:    make(chan struct{}),
-		deadline:    deadline,
-		tel:         obs.New(obs.Config(o.tel), "etcd"),
+		ctx:      ctx,
+		cancel:   cancel,
+		cli:      cli,
+		id:       id,
+		opts:     o,
+		done:     make(chan struct{}),
+		stopLoop: stop,
+		loopDone: make(chan struct{}),
+		deadline: deadline,
+		tel:      obs.New(obs.Config(o.tel), "etcd"),
 	}
 	go s.run(loopCtx, fault.Now())
 	return s
@@ -159,49 +162,6 @@ func (s *Session) Close(ctx context.Context) error {
 	return nil
 }
 
-// Attachment is state that lives and dies with one session: the
-// lease-bound bookkeeping of the etcd locks and elections built on it (the
-// names of their keys, the check of the keys held). The session calls
-// Heartbeat after each acknowledged keepalive, in its heartbeat goroutine
-// under a context bounded well within the heartbeat interval (so it must
-// be quick), and End once, with Err, when the session ends, before Done
-// closes (so that the grants it ends report their loss no later than the
-// session itself).
-type Attachment = interface {
-	Heartbeat(ctx context.Context)
-	End(err error)
-}
-
-// Attach returns the attachment stored under key, storing mk's first. On
-// a session that has ended, mk's attachment is ended at once (End(Err()))
-// and not stored. Keys are compared as map keys are; use an unexported
-// type of your package, as for context values.
-func (s *Session) Attach(key any, mk func() Attachment) Attachment {
-	s.mu.Lock()
-	if a, ok := s.attachments[key]; ok {
-		s.mu.Unlock()
-		return a
-	}
-	a := mk()
-	if s.err != nil {
-		err := s.err
-		s.mu.Unlock()
-		a.End(err)
-		return a
-	}
-	s.attachments[key] = a
-	s.order = append(s.order, a)
-	s.mu.Unlock()
-	return a
-}
-
-// attached returns the attachments, in order; none once the session ended.
-func (s *Session) attached() []Attachment {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.order
-}
-
 // end ends the session with err, once: it calls internal/fault's session-end
 // hook, ends the attachments (and with them the grants on the session),
 // then closes Done and cancels Context.
@@ -212,14 +172,10 @@ func (s *Session) end(err error) {
 		return
 	}
 	s.err = err
-	ended := s.order
-	s.attachments, s.order = nil, nil
 	deadline := s.deadline
 	s.mu.Unlock()
 	fault.SessionEnded(int64(s.id), deadline, err) // a no-op without the tag dlock_faults
-	for _, a := range ended {
-		a.End(err)
-	}
+	attach.End(&s.attachSet, err)
 	close(s.done)
 	s.cancel(err)
 	level := slog.LevelWarn
@@ -283,9 +239,7 @@ func (s *Session) run(ctx context.Context, lastSend time.Time) {
 		case err == nil:
 			s.extend(sent.Add(s.opts.validity(time.Duration(resp.TTL) * time.Second)))
 			bctx, cancel := context.WithTimeout(ctx, s.opts.heartbeat/2)
-			for _, a := range s.attached() {
-				a.Heartbeat(bctx) // the check of the keys the locks hold
-			}
+			attach.Heartbeat(bctx, &s.attachSet) // the check of the keys the locks hold
 			cancel()
 			hb.Reset(fault.Until(sent.Add(s.opts.heartbeat)))
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/internal/attach"
 	"github.com/dlock-go/dlock/session"
 )
 
@@ -193,9 +194,9 @@ func TestAttach(t *testing.T) {
 	require.NoError(t, err)
 	type key struct{}
 	r := &recorder{beats: make(chan struct{}, 1), ended: make(chan error, 2), s: s}
-	a := s.Attach(key{}, func() session.Attachment { return r })
+	a := attach.To(s, key{}, func() attach.Attachment { return r })
 	require.Same(t, r, a)
-	assert.Same(t, r, s.Attach(key{}, func() session.Attachment { t.Error("made twice"); return nil }), "one attachment per key")
+	assert.Same(t, r, attach.To(s, key{}, func() attach.Attachment { t.Error("made twice"); return nil }), "one attachment per key")
 	select {
 	case <-r.beats:
 	case <-ctx.Done():
@@ -207,6 +208,6 @@ func TestAttach(t *testing.T) {
 	assert.Empty(t, r.ended, "End runs once")
 
 	late := &recorder{beats: make(chan struct{}, 1), ended: make(chan error, 1), s: s}
-	s.Attach(key{}, func() session.Attachment { return late })
+	attach.To(s, key{}, func() attach.Attachment { return late })
 	assert.ErrorIs(t, <-late.ended, session.ErrClosed, "attached to an ended session: ended at once")
 }

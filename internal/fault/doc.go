@@ -33,6 +33,23 @@
 //     plant (read once at start-up): LateDone, SkipCheck, UnguardedRelease.
 //     Each constant's doc says what it breaks.
 //
+// # Hooks in protocol code
+//
+// Each plant sits in the protocol as one line, as a failpoint of gofail
+// does in etcd and bbolt; what a plant does lives here, or in a file of
+// the package built with the tag only:
+//
+//   - LateDone: session's options.validity returns Validity(ttl,
+//     ttl − margin); Validity (here) makes it ttl + ttl/2.
+//   - SkipCheck: internal/queue's Queue.Acquire (acquire.go) waits only
+//     unless Planted(SkipCheck); an entry then takes itself for granted.
+//   - UnguardedRelease: internal/queue's leave (hold.go) returns
+//     removeHead (internal/queue/plant.go, built with the tag only) if
+//     Planted(UnguardedRelease).
+//
+// Without the tag each hook is a constant the compiler folds away: the
+// functions they sit in compile to the same instructions as without them.
+//
 // # Caveats
 //
 //   - A build with the tag refuses to start (the package's init panics)

@@ -28,6 +28,10 @@ func Wall(t time.Time) time.Time { return t.Round(0) }
 // Planted reports whether the plant name is enabled: never in this build.
 func Planted(name string) bool { return false }
 
+// Validity returns v, a session's local validity after a keepalive
+// granted ttl: v itself in this build.
+func Validity(ttl, v time.Duration) time.Duration { return v }
+
 // OnSessionEnd registers the session-end hook: a no-op in this build.
 func OnSessionEnd(fn func(lease int64, deadline time.Time, err error)) {}
 

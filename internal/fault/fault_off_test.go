@@ -23,6 +23,7 @@ func TestOff(t *testing.T) {
 	assert.Equal(t, now, fault.Real(now))
 	assert.Equal(t, now.Round(0), fault.Wall(now))
 	assert.WithinDuration(t, time.Now(), fault.Now(), time.Second)
+	assert.Equal(t, time.Second, fault.Validity(3*time.Second, time.Second), "the validity as given")
 
 	fault.OnSessionEnd(func(int64, time.Time, error) { t.Error("hook called") })
 	defer fault.OnSessionEnd(nil)

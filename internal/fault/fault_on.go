@@ -110,6 +110,16 @@ func Wall(t time.Time) time.Time { return Real(t).Round(0) }
 // Planted reports whether PlantEnv names the plant name.
 func Planted(name string) bool { return cur.Load().plants[name] }
 
+// Validity returns v, a session's local validity after a keepalive
+// granted ttl (the server's expiry, less the session's margin), or under
+// the plant LateDone ttl + ttl/2: past the server's expiry.
+func Validity(ttl, v time.Duration) time.Duration {
+	if Planted(LateDone) {
+		return ttl + ttl/2
+	}
+	return v
+}
+
 // OnSessionEnd registers fn as the process-wide session-end hook,
 // replacing the one before (nil removes it). Every session calls fn once,
 // when it ends, in the goroutine that ends it (its heartbeat loop, or

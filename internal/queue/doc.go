@@ -10,9 +10,20 @@
 //
 // The package imports no public package of dlock: it declares the Session
 // it needs, and keeps its lease-bound state (key names, leftovers, epochs,
-// live holds) in an attachment of the session, whose Heartbeat checks the
-// watched holds' keys and sweeps strays, and whose End ends every hold
-// before the session's Done closes.
+// live holds) in an attachment of the session (internal/attach), whose
+// Heartbeat checks the watched holds' keys and sweeps strays, and whose
+// End ends every hold before the session's Done closes.
+//
+// One file per concept: queue.go, the types and the causes; acquire.go, the
+// acquire from top to bottom (enqueue, judge the reads, wait, grant), which
+// voids an enqueue of unknown outcome before sending it again and abandons
+// a failed entry in one place; enqueue.go, the enqueue's Txn; rules.go and
+// wait.go, what each rule reads and waits on; hold.go, a grant's life and
+// its release (leave, remove); state.go, the session's queue state and
+// where a hold's loss is noticed (End, check); names.go, key names,
+// leftovers and strays; epochs.go, the epochs that void late writes;
+// plant.go, the fault seam's planted release (built with the tag
+// dlock_faults only).
 //
 // The design note is docs/queue.md in the repository. The comments of this
 // package refer to its sections by name: "Keys", "Key names", "Enqueue",

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock/internal/fault"
 )
 
 // Hold is the life of a granted entry (a lock grant, a leadership term).
@@ -173,4 +175,39 @@ func (h *Hold) Release(ctx context.Context) error {
 		return nil
 	}
 	return h.Err()
+}
+
+// leave deletes t's entry if it is still the same key (a delete guarded by
+// its create revision, which never removes a later entry) and frees its
+// name. It reports whether it deleted the entry; false means it was gone.
+func (q *Queue) leave(ctx context.Context, t ticket) (bool, error) {
+	if fault.Planted(fault.UnguardedRelease) {
+		return q.removeHead(ctx, t) // the plant (plant.go): the queue's first entry instead
+	}
+	deleted, err := q.remove(ctx, t.entry)
+	if err != nil {
+		return false, err
+	}
+	t.st.release(t.slot)
+	return deleted, nil
+}
+
+// remove deletes e (and its side keys) if it is still the same key (same
+// create revision). It reports whether a key was deleted.
+func (q *Queue) remove(ctx context.Context, e entry) (bool, error) {
+	resp, err := q.kv.Txn(ctx).If(e.Owned()).Then(q.deletes(e.Key)...).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// deletes are the deletes of the entry whose key is key and of its side
+// keys.
+func (q *Queue) deletes(key string) []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpDelete(key)}
+	for _, k := range q.rule.sideKeys(q, key) {
+		ops = append(ops, clientv3.OpDelete(k))
+	}
+	return ops
 }

@@ -30,7 +30,7 @@ func TestDirtyQueueMovesEpochFirst(t *testing.T) {
 	// cleanup both fail.
 	dead := etcdtest.NewClient(t, clientv3.Config{Endpoints: cli.Endpoints()})
 	require.NoError(t, dead.Close())
-	_, _, err = New(dead, "dirty", "x", Exclusive).enqueue(ctx, s, "lost", false)
+	_, err = New(dead, "dirty", "x", Exclusive).Acquire(ctx, s, "lost", false)
 	require.Error(t, err)
 	p := stateOf(s)
 	before, dirty := p.epoch(q.prefix)

@@ -1,23 +1,21 @@
 package queue
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dlock-go/dlock/internal/fault"
+	"github.com/dlock-go/dlock/internal/attach"
 	"github.com/dlock-go/dlock/internal/retry"
 )
 
 // Session is what a queue needs of a session: package session's *Session.
 // The queue keeps its lease-bound bookkeeping in an attachment of the
-// session (see state.go), which the session runs at each heartbeat and
-// ends with itself.
+// session (internal/attach; see state.go), which the session runs at each
+// heartbeat and ends with itself.
 type Session interface {
 	Lease() clientv3.LeaseID
 	Client() *clientv3.Client
@@ -25,14 +23,7 @@ type Session interface {
 	// Err says why the session ended (matching the session's ErrExpired,
 	// ErrLeaseGone or ErrClosed), once Done is closed.
 	Err() error
-	Attach(key any, mk func() Attachment) Attachment
-}
-
-// Attachment is session.Attachment: the same interface type, so that
-// *session.Session is a Session without this package importing it.
-type Attachment = interface {
-	Heartbeat(ctx context.Context)
-	End(err error)
+	attach.Owner
 }
 
 // ErrLeaseGone is the cause of an acquire whose entry vanished with its
@@ -56,7 +47,40 @@ var (
 	ErrSessionEnded = errors.New("queue: session ended")
 	// ErrReleased: Hold.Err after a successful Release.
 	ErrReleased = errors.New("queue: released")
+	// ErrPermits: a semaphore's entry found the queue's first entry made
+	// with another number of permits (or by another kind of lock).
+	ErrPermits = errors.New("queue: permits mismatch")
 )
+
+// endedError is an ErrSessionEnded with the session's cause.
+type endedError struct{ cause error }
+
+func (e *endedError) Error() string   { return "queue: session ended: " + e.cause.Error() }
+func (e *endedError) Unwrap() []error { return []error{ErrSessionEnded, e.cause} }
+
+// SessionCause returns why the session ended, if err matches
+// ErrSessionEnded (session.ErrExpired, session.ErrClosed,
+// session.ErrLeaseGone), else nil.
+func SessionCause(err error) error {
+	var e *endedError
+	if errors.As(err, &e) {
+		return e.cause
+	}
+	return nil
+}
+
+// PermitsError is an ErrPermits with the two numbers; Have is 0 when the
+// first entry is not a semaphore's.
+type PermitsError struct{ Want, Have int }
+
+func (e *PermitsError) Error() string {
+	if e.Have == 0 {
+		return fmt.Sprintf("queue: permits mismatch: the name is held by a lock that is not a semaphore (this one has %d permits)", e.Want)
+	}
+	return fmt.Sprintf("queue: permits mismatch: this semaphore has %d permits, its holders %d", e.Want, e.Have)
+}
+
+func (e *PermitsError) Unwrap() error { return ErrPermits }
 
 // PrefixFor returns the queue prefix of the lock or election name under
 // root: root + "/" + name + "/", with every "/" in name written "%2F", so
@@ -121,110 +145,12 @@ func (e entry) Owned() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(e.Key), "=", e.Rev)
 }
 
-// Acquire enqueues an entry holding val, bound to s's lease, and waits
-// until q's rule grants it; with try it does not wait but fails with
-// ErrOccupied. It returns the entry's Hold.
-//
-// Every request and watch of the acquire stops when s ends, even while etcd
-// is unreachable. On any error the entry's key is removed (with a detached,
-// bounded context), so nothing is left behind, and the error is one of:
-// ErrOccupied; ErrEntryGone; ErrSessionEnded (also matching s.Err()); an
-// error matching ctx.Err() when ctx ended; or etcd's error.
-func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*Hold, error) {
-	if err := ended(s); err != nil {
-		return nil, err
-	}
-	bctx, cancel := bind(ctx, stateOf(s))
-	defer cancel()
-	// An enqueue that failed in an election is sent again: its key was
-	// removed, or voided if it was applied unseen ("Late writes").
-	type enqueued struct {
-		t     ticket
-		reads []*pb.ResponseOp
-	}
-	en, err := retry.Do(bctx, func(ctx context.Context) (enqueued, error) {
-		t, reads, err := q.enqueue(ctx, s, val, try)
-		return enqueued{t, reads}, err
-	})
-	if err != nil {
-		return nil, cause(ctx, bctx, s, err)
-	}
-	t, reads := en.t, en.reads
-	if !fault.Planted(fault.SkipCheck) { // the planted bug: granted without waiting
-		err = q.rule.wait(bctx, q, t.entry, reads)
-	}
-	if err != nil {
-		if errors.Is(err, ErrEntryGone) && q.leaseGone(bctx, s) {
-			err = &endedError{ErrLeaseGone}
-		}
-		return nil, cause(ctx, bctx, s, withCleanup(err, t, q.abandon(ctx, s, t, false)))
-	}
-	h := newHold(q, t)
-	if err := h.Err(); err != nil { // the session ended just before the grant
-		h.stop()
-		return nil, err
-	}
-	return h, nil
-}
-
-// leaseGone reports whether s's lease is gone on the server: an entry that
-// vanished while waiting was taken by a revoke of the lease (which the
-// session has not noticed yet) rather than by hand. One request, on that
-// rare path only.
-func (q *Queue) leaseGone(ctx context.Context, s Session) bool {
-	resp, err := retry.Do(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
-		return q.cli.TimeToLive(ctx, s.Lease())
-	})
-	return err == nil && resp.TTL == -1
-}
-
-// ended returns ErrSessionEnded, matching s.Err(), if s has ended.
-func ended(s Session) error {
-	select {
-	case <-s.Done():
-		return &endedError{s.Err()}
-	default:
-		return nil
-	}
-}
-
-// endedError is an ErrSessionEnded with the session's cause.
-type endedError struct{ cause error }
-
-func (e *endedError) Error() string   { return "queue: session ended: " + e.cause.Error() }
-func (e *endedError) Unwrap() []error { return []error{ErrSessionEnded, e.cause} }
-
-// SessionCause returns why the session ended, if err matches
-// ErrSessionEnded (session.ErrExpired, session.ErrClosed,
-// session.ErrLeaseGone), else nil.
-func SessionCause(err error) error {
-	var e *endedError
-	if errors.As(err, &e) {
-		return e.cause
-	}
-	return nil
-}
-
-// errBound is the cause of a context from bind that was cancelled because
-// the session ended.
-var errBound = errors.New("session ended")
-
-// bind returns a copy of ctx that is also cancelled, with cause errBound,
-// when st's session ends. Call cancel when done.
-func bind(ctx context.Context, st *state) (context.Context, context.CancelFunc) {
-	bctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(st.ctx, func() { cancel(errBound) })
-	return bctx, func() { stop(); cancel(nil) }
-}
-
-// cause says why an acquire failed with err: the session's end (which also
-// explains an entry gone: the lease took it), ctx's end, or err itself.
-func cause(ctx, bctx context.Context, s Session, err error) error {
-	if serr := ended(s); serr != nil && (errors.Is(context.Cause(bctx), errBound) || errors.Is(err, ErrEntryGone)) {
-		return serr
-	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w (%v)", cerr, err)
-	}
-	return err
+// ticket is a session's claim on one key name of a queue, from enqueue
+// until leave or abandon.
+type ticket struct {
+	entry
+	st     *state
+	slot   uint64
+	queued bool  // an entry preceded it at its enqueue: it had to wait
+	ahead  int64 // entries before it at its enqueue, where the enqueue reads that (a semaphore); else -1
 }

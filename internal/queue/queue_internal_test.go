@@ -32,9 +32,9 @@ func setup(t *testing.T) (context.Context, *clientv3.Client, *session.Session, *
 // join enqueues an Exclusive entry and returns it with its predecessor.
 func join(t *testing.T, ctx context.Context, q *Queue, s *session.Session, val string) (ticket, *mvccpb.KeyValue) {
 	t.Helper()
-	tk, reads, err := q.enqueue(ctx, s, val, false)
+	en, err := q.enqueue(ctx, s, val, false)
 	require.NoError(t, err)
-	return tk, predecessor(reads)
+	return en.t, predecessor(en.reads)
 }
 
 // Sequential entries of one session reuse one key name, so a busy queue

@@ -2,8 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -146,23 +144,6 @@ type shared struct {
 	base
 	n int
 }
-
-// ErrPermits: a semaphore's entry found the queue's first entry made with
-// another number of permits (or by another kind of lock).
-var ErrPermits = errors.New("queue: permits mismatch")
-
-// PermitsError is an ErrPermits with the two numbers; Have is 0 when the
-// first entry is not a semaphore's.
-type PermitsError struct{ Want, Have int }
-
-func (e *PermitsError) Error() string {
-	if e.Have == 0 {
-		return fmt.Sprintf("queue: permits mismatch: the name is held by a lock that is not a semaphore (this one has %d permits)", e.Want)
-	}
-	return fmt.Sprintf("queue: permits mismatch: this semaphore has %d permits, its holders %d", e.Want, e.Have)
-}
-
-func (e *PermitsError) Unwrap() error { return ErrPermits }
 
 const permitsTag = "permits="
 

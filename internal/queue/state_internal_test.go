@@ -50,7 +50,7 @@ func TestSameLeaseIDOnTwoClustersKeepsSeparateState(t *testing.T) {
 	dead := etcdtest.NewClient(t, clientv3.Config{Endpoints: clients[1].Endpoints()})
 	require.NoError(t, dead.Close())
 	q := New(clients[1], "same", "x", Exclusive)
-	_, _, err := New(dead, "same", "x", Exclusive).enqueue(ctx, b, "lost", false)
+	_, err := New(dead, "same", "x", Exclusive).Acquire(ctx, b, "lost", false)
 	require.Error(t, err)
 	_, dirty := stateOf(b).epoch(q.prefix)
 	require.True(t, dirty)

@@ -111,6 +111,13 @@ func transientCode(c codes.Code) bool {
 	return c == codes.Unavailable || c == codes.ResourceExhausted || c == codes.DeadlineExceeded
 }
 
+// TimeToLive is lease's TimeToLive of id run through Do.
+func TimeToLive(ctx context.Context, lease clientv3.Lease, id clientv3.LeaseID, opts ...clientv3.LeaseOption) (*clientv3.LeaseTimeToLiveResponse, error) {
+	return Do(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+		return lease.TimeToLive(ctx, id, opts...)
+	})
+}
+
 // KV is an etcd KV whose every request runs through Do, so that each
 // rides out an election; a Txn is committed through Do as a whole.
 type KV struct{ kv clientv3.KV }

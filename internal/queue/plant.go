@@ -1,0 +1,31 @@
+//go:build dlock_faults
+
+package queue
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// removeHead is leave under the plant fault.UnguardedRelease: a release
+// that takes its entry for the holder without checking, so deletes the
+// queue's first entry (and its side keys), whatever it is, with no
+// create-revision guard; then it frees t's name, as leave does. It
+// reports whether it deleted a key.
+func (q *Queue) removeHead(ctx context.Context, t ticket) (bool, error) {
+	resp, err := q.kv.Get(ctx, q.keys, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	if err != nil {
+		return false, err
+	}
+	deleted := false
+	if len(resp.Kvs) > 0 {
+		dr, err := q.kv.Txn(ctx).Then(q.deletes(string(resp.Kvs[0].Key))...).Commit()
+		if err != nil {
+			return false, err
+		}
+		deleted = dr.Responses[0].GetResponseDeleteRange().Deleted > 0
+	}
+	t.st.release(t.slot)
+	return deleted, nil
+}

@@ -1,0 +1,17 @@
+//go:build !dlock_faults
+
+package queue
+
+import (
+	"context"
+
+	"github.com/dlock-go/dlock/internal/fault"
+)
+
+// removeHead is the plant fault.UnguardedRelease's release (plant.go),
+// which only a build with the tag dlock_faults has: in this build
+// fault.Planted is a constant false, leave never calls it, and the
+// compiler drops the call.
+func (q *Queue) removeHead(context.Context, ticket) (bool, error) {
+	panic("queue: the plant " + fault.UnguardedRelease + " in a build without the tag dlock_faults")
+}
