@@ -105,11 +105,7 @@ func Pin(root, version string) error {
 	required := make(map[string]bool)
 	for _, m := range mods {
 		file := filepath.Join(root, m.Dir, "go.mod")
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return err
-		}
-		f, err := modfile.Parse(file, data, nil)
+		f, err := parseGoMod(file)
 		if err != nil {
 			return err
 		}
@@ -184,6 +180,14 @@ func pinWork(root, version string, mods []Module, required map[string]bool) erro
 	}
 	w.SortBlocks()
 	return write(file, w.Cleanup, func() ([]byte, error) { return modfile.Format(w.Syntax), nil })
+}
+
+func parseGoMod(file string) (*modfile.File, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return modfile.Parse(file, data, nil)
 }
 
 func modOf(mods []Module, path string) Module {

@@ -6,8 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-
-	"golang.org/x/mod/modfile"
 )
 
 // Tidy runs go mod tidy in every module of the repository at root, pinned
@@ -22,11 +20,7 @@ func Tidy(root, version string) error {
 	}
 	for _, m := range mods {
 		file := filepath.Join(root, m.Dir, "go.mod")
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return err
-		}
-		f, err := modfile.Parse(file, data, nil)
+		f, err := parseGoMod(file)
 		if err != nil {
 			return err
 		}
