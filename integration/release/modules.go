@@ -110,6 +110,9 @@ func Pin(root, version string) error {
 			return err
 		}
 		for _, r := range f.Replace {
+			if !ours[r.Old.Path] && m.Published() {
+				return fmt.Errorf("release: %s replaces %s: a dependency's replace is ignored, and go install refuses a module that has one", m.Path, r.Old.Path)
+			}
 			if ours[r.Old.Path] {
 				if err := f.DropReplace(r.Old.Path, r.Old.Version); err != nil {
 					return err
