@@ -98,13 +98,24 @@ func setupRedlock(d *dsnParts) (Config, error) {
 	return d.config(Config{Backend: BackendRedlock, DB: d.q.db()}, defaultRedisPort)
 }
 
-// tlsSchemes maps each plaintext scheme to its TLS form.
-var tlsSchemes = map[string]string{
-	"etcd":           "etcds",
-	"redis":          "rediss",
-	"redis+sentinel": "rediss+sentinel",
-	"redis+cluster":  "rediss+cluster",
-	"redlock":        "redlocks",
+// tlsScheme returns the TLS form of a plaintext scheme: etcds, rediss,
+// rediss+sentinel, rediss+cluster, redlocks.
+func tlsScheme(plain string) string {
+	if rest, ok := strings.CutPrefix(plain, "redis+"); ok {
+		return "rediss+" + rest
+	}
+	return plain + "s"
+}
+
+// plainScheme returns the plaintext scheme whose TLS form is name, if name
+// is one.
+func plainScheme(name string) (string, bool) {
+	for _, plain := range []string{"etcd", "redis", "redis+sentinel", "redis+cluster", "redlock"} {
+		if tlsScheme(plain) == name {
+			return plain, true
+		}
+	}
+	return "", false
 }
 
 // dsnParts is a DSN split into its parts, before its scheme reads them.
@@ -129,10 +140,8 @@ func splitDSN(s string) (*dsnParts, error) {
 	}
 	d := &dsnParts{name: strings.ToLower(name)}
 	d.scheme = d.name
-	for plain, secure := range tlsSchemes {
-		if d.name == secure {
-			d.scheme, d.tls = plain, true
-		}
+	if plain, ok := plainScheme(d.name); ok {
+		d.scheme, d.tls = plain, true
 	}
 	if info, after, ok := userinfo(rest); ok {
 		rest = after
@@ -267,7 +276,7 @@ func (q *query) unread(scheme string) error {
 	for _, name := range left {
 		switch name {
 		case "cacert", "cert", "key", "server_name":
-			return fmt.Errorf("%s: TLS parameters need a TLS scheme (%s://), not %s://", name, tlsSchemes[scheme], scheme)
+			return fmt.Errorf("%s: TLS parameters need a TLS scheme (%s://), not %s://", name, tlsScheme(scheme), scheme)
 		case "master_name":
 			return fmt.Errorf("master_name: only for redis+sentinel:// (the scheme is %s://)", scheme)
 		case "db":
