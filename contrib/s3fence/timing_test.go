@@ -182,7 +182,7 @@ func TestConflictRetried(t *testing.T) {
 	proxy := s3test.StartProxy(t, e.srv, s3test.ProxyConfig{Wrap: func(next http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if putOf(r) == "c:1" && puts.Add(1) == 1 {
-				return s3Error(r, http.StatusConflict, "ConditionalRequestConflict",
+				return s3test.ErrorResponse(r, http.StatusConflict, "ConditionalRequestConflict",
 					"A conflicting conditional operation is currently in progress against this resource. Please try again."), nil
 			}
 			return next.RoundTrip(r)
@@ -199,7 +199,7 @@ func TestConflictRetried(t *testing.T) {
 	always := s3test.StartProxy(t, e.srv, s3test.ProxyConfig{Wrap: func(next http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if putOf(r) == "c:2" {
-				return s3Error(r, http.StatusConflict, "ConditionalRequestConflict", "again"), nil
+				return s3test.ErrorResponse(r, http.StatusConflict, "ConditionalRequestConflict", "again"), nil
 			}
 			return next.RoundTrip(r)
 		})
@@ -210,20 +210,4 @@ func TestConflictRetried(t *testing.T) {
 	assert.ErrorIs(t, err, s3fence.ErrContended)
 	assert.ErrorContains(t, err, "3 attempts")
 	assert.Equal(t, "one", get(t, e, "k"))
-}
-
-// s3Error is an S3 error response to r.
-func s3Error(r *http.Request, status int, code, msg string) *http.Response {
-	body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>` + code + `</Code><Message>` + msg + `</Message></Error>`
-	return &http.Response{
-		StatusCode:    status,
-		Status:        http.StatusText(status),
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        http.Header{"Content-Type": {"application/xml"}},
-		Body:          io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)),
-		Request:       r,
-	}
 }

@@ -255,10 +255,17 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 
 // preconditionFailed is S3's 412 answer to r.
 func preconditionFailed(r *http.Request) *http.Response {
-	body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>PreconditionFailed</Code><Message>At least one of the pre-conditions you specified did not hold</Message></Error>`
+	return ErrorResponse(r, http.StatusPreconditionFailed, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
+}
+
+// ErrorResponse is an S3 error response to r, as a server sends it: status,
+// and an XML body with code and msg. A ProxyConfig.Wrap can answer with it
+// in the server's place.
+func ErrorResponse(r *http.Request, status int, code, msg string) *http.Response {
+	body := `<?xml version="1.0" encoding="UTF-8"?><Error><Code>` + code + `</Code><Message>` + msg + `</Message></Error>`
 	return &http.Response{
-		StatusCode:    http.StatusPreconditionFailed,
-		Status:        "412 Precondition Failed",
+		StatusCode:    status,
+		Status:        fmt.Sprintf("%d %s", status, http.StatusText(status)),
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
