@@ -280,3 +280,28 @@ func TestSplice(t *testing.T) {
 		t.Errorf("no markers: error %v, want one naming the markers", err)
 	}
 }
+
+// TestBenchmarksPage checks that BENCHMARKS.md has the markers the command
+// splices the tables between, and that splicing is idempotent.
+func TestBenchmarksPage(t *testing.T) {
+	page := mustRead(t, filepath.Join("..", "..", "BENCHMARKS.md"))
+	if strings.Count(string(page), BeginMarker) != 1 || strings.Count(string(page), EndMarker) != 1 {
+		t.Fatalf("BENCHMARKS.md: want each capacity marker once")
+	}
+	rep, _ := readFixture(t)
+	var buf bytes.Buffer
+	if err := rep.Markdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	once, err := Splice(string(page), buf.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice, err := Splice(once, buf.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if once != twice {
+		t.Errorf("splicing the same tables twice changed the page")
+	}
+}
