@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/contrib/cmd/dlock/internal/capacity"
+	"github.com/dlock-go/dlock/integration/etcdtest"
+)
+
+// capacityCluster starts the 3-member cluster with fsync that the
+// capacity runs measure, and options that kill its leader in f (SIGKILL)
+// and restart it afterwards.
+func capacityCluster(t *testing.T) (*etcdtest.Cluster, capacity.Options) {
+	c := etcdtest.New(t, etcdtest.WithMembers(3), etcdtest.WithFsync())
+	byURL := func(url string) *etcdtest.Member {
+		for _, m := range c.Members() {
+			if m.Endpoint() == url {
+				return m
+			}
+		}
+		t.Fatalf("no member at %s", url)
+		return nil
+	}
+	o := capacity.Options{
+		DSN:      "etcd://" + strings.Join(c.HostPorts(), ","),
+		Failover: func(_ context.Context, l capacity.Leader) error { byURL(l.Endpoint).Kill(t); return nil },
+		Recover:  func(_ context.Context, l capacity.Leader) error { byURL(l.Endpoint).Restart(t); return nil },
+		Progress: testWriter{t},
+	}
+	return c, o
+}
+
+// testWriter logs each write (a progress line) to t.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// TestCapacitySmoke runs every capacity scenario once, at small numbers,
+// on a 3-member etcd with fsync, and checks that every table column is
+// filled, that no dlock session was lost and no dlock grant was out of
+// FIFO order.
+func TestCapacitySmoke(t *testing.T) {
+	_, o := capacityCluster(t)
+	o.Inflight = []int{1, 16}
+	o.Held = []int{100}
+	o.HeldSessions = 10
+	o.Extra = 20
+	o.Waiters = []int{10}
+	o.Sessions = []int{20}
+	o.Expire = []int{20}
+	o.FailoverSessions = []int{50}
+	o.Runs = 1
+	o.Procs = 2
+	o.Clients = 2
+	o.TTL = 3 * time.Second // ≥ 3× etcdtest's 500ms election timeout
+	o.Window = 2 * time.Second
+	o.Duration = 2 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), 170*time.Second)
+	defer cancel()
+	rep, err := capacity.Run(ctx, o)
+	require.NoError(t, err)
+	var table bytes.Buffer
+	require.NoError(t, capacity.WriteTable(&table, rep))
+	t.Logf("\n%s", table.String())
+	_, err = json.Marshal(rep)
+	require.NoError(t, err)
+
+	require.Equal(t, 3, rep.Cluster.Members)
+	want := map[string]int{"a": 2 * 3, "b": 3, "c": 3, "d": 2 * 3, "e": 3, "f": 3}
+	got := map[string]int{}
+	for _, row := range rep.Rows {
+		got[row.Scenario]++
+		for _, col := range capacity.Columns(row.Scenario) {
+			if row.Impl == capacity.ImplLimit && col == "out_of_order" {
+				continue // the limit has no queue, hence no FIFO order
+			}
+			v, ok := row.Metrics[col]
+			require.True(t, ok, "%s %d %s %s: %s missing", row.Scenario, row.Load, row.Variant, row.Impl, col)
+			require.False(t, math.IsNaN(v) || math.IsInf(v, 0), "%s %s: %s = %v", row.Scenario, row.Impl, col, v)
+			if mayBeZero(col) {
+				continue
+			}
+			require.Positive(t, v, "%s %d %s %s: %s", row.Scenario, row.Load, row.Variant, row.Impl, col)
+		}
+		if row.Impl == capacity.ImplDlock {
+			if row.Scenario == "f" {
+				require.Zero(t, row.Metrics["sessions_lost"], "dlock sessions lost in a failover")
+			}
+			if row.Scenario == "c" {
+				require.Zero(t, row.Metrics["out_of_order"], "dlock grants out of FIFO order")
+			}
+		}
+	}
+	require.Equal(t, want, got)
+}
+
+// mayBeZero says which columns are legitimately zero (counts of faults)
+// or may fall by noise (memory and size deltas of small loads).
+func mayBeZero(col string) bool {
+	switch col {
+	case "out_of_order", "sessions_lost", "rss_bytes_per_lock", "db_bytes_per_lock", "leader_mem_bytes_per_waiter":
+		return true
+	}
+	return false
+}
+
+// TestCapacityFull runs the full capacity scales of issue 37 when
+// DLOCK_CAPACITY=full, and writes the JSON report to $DLOCK_CAPACITY_OUT
+// (default capacity.json in the package directory). It takes hours.
+func TestCapacityFull(t *testing.T) {
+	if os.Getenv("DLOCK_CAPACITY") != "full" {
+		t.Skip("set DLOCK_CAPACITY=full to run the full capacity scales")
+	}
+	_, o := capacityCluster(t)
+	rep, err := capacity.Run(t.Context(), o)
+	if rep != nil {
+		out := os.Getenv("DLOCK_CAPACITY_OUT")
+		if out == "" {
+			out = "capacity.json"
+		}
+		b, jerr := json.MarshalIndent(rep, "", "  ")
+		require.NoError(t, jerr)
+		require.NoError(t, os.WriteFile(out, b, 0o644))
+		var table bytes.Buffer
+		require.NoError(t, capacity.WriteTable(&table, rep))
+		t.Logf("\n%s", table.String())
+	}
+	require.NoError(t, err)
+}
