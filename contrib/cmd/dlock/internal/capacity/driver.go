@@ -194,7 +194,7 @@ func (d *driver) rows(ctx context.Context, s string, load int, impl string) ([]R
 func (d *driver) run(ctx context.Context, s string, load int, impl string) ([]result, error) {
 	d.seq++
 	u := unit{d: d, impl: impl, name: fmt.Sprintf("%s%04d", s, d.seq), root: "dlock-capacity/" + d.token + "/" + impl}
-	defer u.ps.close()
+	defer func() { u.ps.close() }() // the workers spawned by the run
 	switch s {
 	case "a":
 		return u.throughput(ctx, load)
@@ -267,10 +267,16 @@ func bases(sessions []int) []int {
 // leader returns the member that the answering members say leads (the
 // one most of them name), asking them all at once: a dead member must
 // not hold up the question.
-func (d *driver) leader(ctx context.Context) (member, error) {
+func (d *driver) leader(ctx context.Context) (member, error) { return d.leaderAmong(ctx, 0) }
+
+// leaderAmong is leader asking every member but skip.
+func (d *driver) leaderAmong(ctx context.Context, skip uint64) (member, error) {
 	leads := make([]uint64, len(d.members))
 	var wg sync.WaitGroup
 	for i, m := range d.members {
+		if m.id == skip {
+			continue
+		}
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
@@ -378,6 +384,7 @@ func (d *driver) idle(ctx context.Context) (map[string]float64, snapshot, error)
 		"leader_rx_bytes_per_s": lead.RxBytes / secs,
 		"all_cpu_s_per_min":     all.CPU / secs * 60,
 		"all_req_per_s":         all.Requests() / secs,
+		"all_rx_bytes_per_s":    all.RxBytes / secs,
 	}, a, nil
 }
 

@@ -70,11 +70,11 @@ func infoOf(s string) scenarioInfo {
 	case "a":
 		return scenarioInfo{"a. throughput, distinct locks", "inflight", []string{"grants_per_s", "acquire_p50_ms", "acquire_p99_ms", "leader_cpu_s_per_min"}}
 	case "b":
-		return scenarioInfo{"b. held locks", "held", []string{"lock_unlock_p50_ms", "lock_unlock_p99_ms", "leader_req_per_s", "leader_rx_bytes_per_s", "leader_cpu_s_per_min", "rss_bytes_per_lock", "db_bytes_per_lock"}}
+		return scenarioInfo{"b. held locks", "held", []string{"lock_unlock_p50_ms", "lock_unlock_p99_ms", "leader_req_per_s", "leader_rx_bytes_per_s", "all_req_per_s", "leader_cpu_s_per_min", "rss_bytes_per_lock", "db_bytes_per_lock"}}
 	case "c":
 		return scenarioInfo{"c. waiters on one name", "waiters", []string{"handoff_p50_ms", "handoff_p99_ms", "leader_mem_bytes_per_waiter", "out_of_order"}}
 	case "d":
-		return scenarioInfo{"d. sessions", "sessions", []string{"leader_cpu_s_per_min", "leader_req_per_s", "leader_rx_bytes_per_s", "all_cpu_s_per_min"}}
+		return scenarioInfo{"d. sessions", "sessions", []string{"leader_cpu_s_per_min", "leader_req_per_s", "leader_rx_bytes_per_s", "all_req_per_s", "all_cpu_s_per_min"}}
 	case "e":
 		return scenarioInfo{"e. mass expiry (holders SIGKILLed)", "sessions", []string{"first_grant_s", "all_granted_s", "ttl_s", "revoke_bound_s"}}
 	case "f":

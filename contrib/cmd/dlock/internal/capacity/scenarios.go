@@ -94,7 +94,6 @@ func (u *unit) held(ctx context.Context, load int) ([]result, error) {
 	}
 	m["lock_unlock_p50_ms"] = percentile(r.Lat, 50)
 	m["lock_unlock_p99_ms"] = percentile(r.Lat, 99)
-	delete(m, "all_req_per_s")
 	note := ""
 	if int(n) != load {
 		note = fmt.Sprintf("%d held (%d per session)", int(n), per)
@@ -324,7 +323,7 @@ func (u *unit) failover(ctx context.Context, load int) ([]result, error) {
 	var elected time.Time
 	wg.Go(func() {
 		_ = await(ctx, time.Minute, "a new leader", func(ctx context.Context) (bool, error) {
-			l, err := u.d.leader(ctx)
+			l, err := u.d.leaderAmong(ctx, old.id)
 			if err == nil && l.id != old.id {
 				elected = time.Now()
 				return true, nil

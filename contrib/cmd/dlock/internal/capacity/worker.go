@@ -436,7 +436,7 @@ func (w *worker) probe(ctx context.Context, c command) (reply, error) {
 	defer cancel()
 	var last error
 	for {
-		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		actx, acancel := context.WithTimeout(ctx, 500*time.Millisecond) // short: a try stuck on the dead leader is retried
 		h, err := w.session(0).lock(actx, c.Name, false)
 		acancel()
 		if err == nil {
