@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/contrib/cmd/dlock/internal/capacity"
@@ -142,4 +144,36 @@ func TestCapacityFull(t *testing.T) {
 		t.Logf("\n%s", table.String())
 	}
 	require.NoError(t, err)
+}
+
+// TestCapacityCLI runs dlock bench --capacity as a user would, against a
+// 3-member cluster, with --failover-cmd SIGKILLing the leader, and reads
+// its JSON document.
+func TestCapacityCLI(t *testing.T) {
+	c := etcdtest.New(t, etcdtest.WithMembers(3), etcdtest.WithFsync())
+	var script strings.Builder
+	script.WriteString(`case "$DLOCK_LEADER_ENDPOINT" in `)
+	for _, m := range c.Members() {
+		fmt.Fprintf(&script, "%s) kill -9 %d;; ", m.Endpoint(), m.PID())
+	}
+	script.WriteString(`*) echo "no member at $DLOCK_LEADER_ENDPOINT" >&2; exit 1;; esac`)
+	r := runCLI(t, "bench", "--capacity", "--dsn", "etcd://"+strings.Join(c.HostPorts(), ","),
+		"--scenarios", "a,f", "--impls", "dlock", "--inflight", "4", "--failover-sessions", "20",
+		"--runs", "1", "--procs", "2", "--ttl", "3s", "--duration", "1s", "--failover-cmd", script.String(), "--json")
+	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	assert.Contains(t, r.stderr, "capacity: a inflight=4 dlock run 1/1")
+	assert.Contains(t, r.stderr, "capacity: f sessions=20 dlock run 1/1")
+	var rep capacity.Report
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), "stdout: %s", r.stdout)
+	assert.Equal(t, 1, rep.Version)
+	assert.Equal(t, 3, rep.Cluster.Members)
+	assert.Equal(t, "cmd", rep.Config.Failover)
+	require.Len(t, rep.Rows, 2)
+	assert.Positive(t, rep.Rows[0].Metrics["grants_per_s"])
+	f := rep.Rows[1]
+	assert.Equal(t, "f", f.Scenario)
+	assert.Positive(t, f.Metrics["time_to_first_grant_s"])
+	assert.Positive(t, f.Metrics["all_renewed_s"])
+	assert.Zero(t, f.Metrics["sessions_lost"])
+	assert.Contains(t, f.Note, "--failover-cmd")
 }
