@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -73,15 +74,25 @@ func startProc(newCmd func() *exec.Cmd) (*proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("capacity: worker: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("capacity: start worker: %w", err)
-	}
-	go p.read(out)
+	// The parent-death signal comes when the thread that forked the
+	// worker exits: fork it from a thread kept for its whole life.
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err != nil {
+			return
+		}
 		<-p.exited
 		_ = cmd.Wait()
 		close(p.waited)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("capacity: start worker: %w", err)
+	}
+	go p.read(out)
 	return p, nil
 }
 
