@@ -122,14 +122,33 @@ func mayBeZero(col string) bool {
 	return false
 }
 
-// TestCapacityFull runs the full capacity scales of issue 37 when
-// DLOCK_CAPACITY=full, and writes the JSON report to $DLOCK_CAPACITY_OUT
-// (default capacity.json in the package directory). It takes hours.
+// TestCapacityFull runs the capacity scenarios at scale when
+// DLOCK_CAPACITY is "full" (issue 37's scales, medians of 3 runs: hours)
+// or "mid" (a tenth of them, one run, 10 s windows: about ten minutes on
+// two cores), on a 3-member cluster with fsync, and writes the JSON
+// report to $DLOCK_CAPACITY_OUT (default capacity.json here).
+// $DLOCK_CAPACITY_SCENARIOS (e.g. "a,d") runs only some scenarios.
 func TestCapacityFull(t *testing.T) {
-	if os.Getenv("DLOCK_CAPACITY") != "full" {
-		t.Skip("set DLOCK_CAPACITY=full to run the full capacity scales")
+	mode := os.Getenv("DLOCK_CAPACITY")
+	if mode != "full" && mode != "mid" {
+		t.Skip("set DLOCK_CAPACITY=full (or mid) to run the capacity scenarios at scale")
 	}
 	_, o := capacityCluster(t)
+	if mode == "mid" {
+		o.Inflight = []int{1, 16, 64, 256}
+		o.Held = []int{1000, 10000}
+		o.HeldSessions = 100
+		o.Waiters = []int{10, 100, 1000}
+		o.Sessions = []int{100, 1000}
+		o.Expire = []int{1000}
+		o.FailoverSessions = []int{1000}
+		o.Runs = 1
+		o.Window = 10 * time.Second
+		o.Duration = 5 * time.Second
+	}
+	if s := os.Getenv("DLOCK_CAPACITY_SCENARIOS"); s != "" {
+		o.Scenarios = strings.Split(s, ",")
+	}
 	rep, err := capacity.Run(t.Context(), o)
 	if rep != nil {
 		out := os.Getenv("DLOCK_CAPACITY_OUT")
@@ -144,6 +163,24 @@ func TestCapacityFull(t *testing.T) {
 		t.Logf("\n%s", table.String())
 	}
 	require.NoError(t, err)
+}
+
+// TestCapacityMoveLeader runs f without a failover command: the leader
+// is moved gracefully, and the report says so.
+func TestCapacityMoveLeader(t *testing.T) {
+	_, o := capacityCluster(t)
+	o.Failover, o.Recover = nil, nil
+	o.Scenarios, o.Impls = []string{"f"}, []string{capacity.ImplDlock}
+	o.FailoverSessions, o.Runs, o.Procs, o.TTL = []int{10}, 1, 1, 3*time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rep, err := capacity.Run(ctx, o)
+	require.NoError(t, err)
+	require.Len(t, rep.Rows, 1)
+	assert.Equal(t, "move-leader", rep.Config.Failover)
+	assert.Contains(t, rep.Rows[0].Note, "MoveLeader")
+	assert.Zero(t, rep.Rows[0].Metrics["sessions_lost"])
+	assert.Positive(t, rep.Rows[0].Metrics["all_renewed_s"])
 }
 
 // TestCapacityCLI runs dlock bench --capacity as a user would, against a
