@@ -49,7 +49,8 @@ named handoff), and histogram: the acquire latency buckets, each
 (no upper bound).
 
 A progress line ("<dsn>: 3s of 10s, N grants") goes to stderr every
-second when stderr is a terminal, or with --progress.`
+second when stderr is a terminal, or with --progress.
+` + capacityDescription
 
 // Defaults for bench's flags.
 const (
@@ -75,11 +76,12 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	var dsns dsnList
 	fs.Var(&dsns, "dsn", "backend to measure (repeatable; default $"+envDSN+"): etcd://h:2379, etcds://h:2379?cacert=…, redis://h:6379, rediss://…, redlock://h1,h2,h3 (see dlock.ParseDSN)")
 	clients := fs.Int("clients", defaultBenchClients, "concurrent clients per backend")
-	duration := fs.Duration("duration", defaultBenchDuration, "how long to run each backend")
+	duration := fs.Duration("duration", defaultBenchDuration, "how long to run each backend (with --capacity: each load of scenario a, default 10s)")
 	hold := fs.Duration("hold", 0, "how long each grant holds the lock before releasing it")
 	name := fs.String("lock", fmt.Sprintf("dlock-bench/%d", os.Getpid()), "lock name to contend on")
-	asJSON := fs.Bool("json", false, "print one JSON object per backend (one per line) instead of the table")
+	asJSON := fs.Bool("json", false, "print one JSON object per backend (one per line) instead of the table; with --capacity, one JSON document")
 	progress := fs.Bool("progress", false, "print a progress line to stderr every second (default: only when stderr is a terminal)")
+	capFlags := addCapacityFlags(fs)
 	pos, err := parse(fs, args, true)
 	if err != nil {
 		return err
@@ -89,6 +91,18 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		if d := e.getenv(envDSN); d != "" {
 			dsns, from = dsnList{d}, "$"+envDSN
 		}
+	}
+	if *capFlags.on {
+		switch {
+		case len(pos) > 0:
+			return usageError("unexpected argument %q", pos[0])
+		case len(dsns) != 1:
+			return usageError("--capacity measures one etcd cluster: give one --dsn (or set $%s)", envDSN)
+		}
+		if _, err := dlock.ParseDSN(dsns[0]); err != nil {
+			return usageError("%s: %v", from, err)
+		}
+		return runCapacity(ctx, e, fs, capFlags, dsns[0], *asJSON, *duration)
 	}
 	switch {
 	case len(pos) > 0:

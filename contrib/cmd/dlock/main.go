@@ -14,6 +14,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/contrib/cmd/dlock/internal/capacity"
 )
 
 // Exit codes shared by every subcommand (run also passes on its child's).
@@ -49,6 +51,9 @@ type env struct {
 }
 
 func main() {
+	if capacity.IsWorker() { // re-executed by bench --capacity as a load worker
+		os.Exit(capacity.WorkerMain())
+	}
 	// go-redis logs dial failures to stderr on its own; errors reach the
 	// user through report, as one line, instead.
 	goredis.SetLogger(nopLogger{})

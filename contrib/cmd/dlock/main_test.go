@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/contrib/cmd/dlock/internal/capacity"
 	"go.uber.org/goleak"
 )
 
@@ -28,6 +30,9 @@ var buildFlags []string
 const cmdTimeout = 60 * time.Second
 
 func TestMain(m *testing.M) {
+	if capacity.IsWorker() { // this test binary re-executed as a capacity worker
+		os.Exit(capacity.WorkerMain())
+	}
 	goleak.VerifyTestMain(buildFirst{m})
 }
 
