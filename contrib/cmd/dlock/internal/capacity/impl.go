@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,10 +79,13 @@ func newSess(ctx context.Context, impl string, cli *clientv3.Client, root string
 type dlockSess struct {
 	s    *session.Session
 	root string
+
+	mu      sync.Mutex
+	mutexes map[string]*lock.Mutex
 }
 
 func (d *dlockSess) lock(ctx context.Context, name string, watch bool) (held, error) {
-	m, err := lock.New(d.s, name, lock.WithPrefix(d.root))
+	m, err := d.mutex(name)
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +97,26 @@ func (d *dlockSess) lock(ctx context.Context, name string, watch bool) (held, er
 		_ = h.Done() // watched for loss, as a holder that checks Done
 	}
 	return dlockHeld{h}, nil
+}
+
+// mutex returns the session's Mutex called name, made on first use: a
+// user makes a lock once and locks it many times (lock.New builds the
+// queue's requests once per lock).
+func (d *dlockSess) mutex(name string) (*lock.Mutex, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m, ok := d.mutexes[name]; ok {
+		return m, nil
+	}
+	m, err := lock.New(d.s, name, lock.WithPrefix(d.root))
+	if err != nil {
+		return nil, err
+	}
+	if d.mutexes == nil {
+		d.mutexes = make(map[string]*lock.Mutex)
+	}
+	d.mutexes[name] = m
+	return m, nil
 }
 
 func (d *dlockSess) renewed() int64                  { return d.s.Deadline().UnixNano() }
