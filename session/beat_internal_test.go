@@ -7,15 +7,17 @@ import (
 
 // A keepalive leaves at the first tick of the grid at or after it is due:
 // never early, late by less than a tick, and the tick is at most 500ms and
-// at most a quarter of the slack before the local deadline.
+// at most a quarter of the heartbeat and of the slack before the local
+// deadline.
 func TestBeatOnGrid(t *testing.T) {
-	for _, ttl := range []time.Duration{MinTTL, 3 * time.Second, DefaultTTL, time.Minute} {
-		o, err := build([]Option{WithTTL(ttl)})
+	for _, opts := range [][]Option{{WithTTL(MinTTL)}, {WithTTL(3 * time.Second), WithHeartbeat(100 * time.Millisecond)}, {WithTTL(DefaultTTL)}, {WithTTL(time.Minute)}} {
+		o, err := build(opts)
+		ttl := o.ttl
 		if err != nil {
 			t.Fatal(err)
 		}
-		tick := min(maxTick, (o.ttl-o.margin-o.heartbeat)/4)
-		if tick <= 0 || tick > maxTick || 4*tick > o.ttl-o.margin-o.heartbeat {
+		tick := o.tick()
+		if tick <= 0 || tick > maxTick || 4*tick > o.heartbeat || 4*tick > o.ttl-o.margin-o.heartbeat {
 			t.Fatalf("ttl %v: tick %v", ttl, tick)
 		}
 		for i := range 1000 {

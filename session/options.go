@@ -125,18 +125,25 @@ func (o *options) validate() error {
 // alone takes a few hundred idle sessions' cost to etcd from 1.8× to about
 // 1.0× that of etcd's concurrency.Session.
 //
-// The tick is at most 500ms and at most a quarter of the slack between a
-// heartbeat and the local deadline (TTL − margin − heartbeat), so a
-// keepalive leaves at most that much later than the heartbeat interval
-// says, and a healthy session still renews well before its deadline.
+// The tick is at most 500ms, a quarter of the heartbeat interval and a
+// quarter of the slack between a heartbeat and the local deadline (TTL −
+// margin − heartbeat), so a keepalive leaves at most that much later than
+// the heartbeat interval says, and a healthy session still renews well
+// before its deadline.
 var gridStart = time.Now()
 
 const maxTick = 500 * time.Millisecond
 
+// tick is the grid's: at most maxTick, a quarter of the heartbeat and a
+// quarter of the slack between a heartbeat and the local deadline.
+func (o *options) tick() time.Duration {
+	return min(maxTick, o.heartbeat/4, (o.ttl-o.margin-o.heartbeat)/4)
+}
+
 // beat returns when the keepalive due at t leaves: the first tick of the
 // grid at or after t.
 func (o *options) beat(t time.Time) time.Time {
-	tick := min(maxTick, (o.ttl-o.margin-o.heartbeat)/4)
+	tick := o.tick()
 	if tick <= 0 {
 		return t
 	}
