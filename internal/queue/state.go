@@ -120,15 +120,17 @@ func (st *state) drop(h *Hold) {
 // heartbeat once an enqueue of the session's had an unknown outcome (the
 // way a stray comes to be: see "Late writes"), else at every
 // listEvery-th heartbeat, a backstop for a copy applied late that the
-// session never saw fail. The session's own end still ends every hold at
+// session never saw fail. It is also the check of a session with more
+// than maxCompares watched holds: one request, where compares would take
+// one per maxCompares. The session's own end still ends every hold at
 // once (End).
 
 // listEvery is how many heartbeats apart the lease's keys are listed when
 // no enqueue of the session had an unknown outcome.
 const listEvery = 8
 
-// maxCompares bounds the keys one check's Txn compares, below etcd's
-// default limit of 128 operations per Txn.
+// maxCompares is the most watched holds checked by compares, in one Txn:
+// below etcd's default limit of 128 operations per Txn.
 const maxCompares = 100
 
 // watch has h's key checked at each heartbeat, if h is live.
@@ -163,21 +165,18 @@ func (st *state) check(ctx context.Context) {
 	_ = st.sweep(ctx, st.kv) // failures stay leftovers for the next try
 	st.mu.Lock()
 	st.beats++
-	list := st.unknown || st.beats%listEvery == 0
+	list := st.unknown || st.beats%listEvery == 0 || len(holds) > maxCompares
 	st.mu.Unlock()
-	if list {
+	switch {
+	case list:
 		st.list(ctx, holds)
-		return
-	}
-	for len(holds) > 0 {
-		n := min(len(holds), maxCompares)
-		st.compare(ctx, holds[:n])
-		holds = holds[n:]
+	case len(holds) > 0:
+		st.compare(ctx, holds)
 	}
 }
 
-// compare ends each of holds whose key is gone or was put again, in one
-// read-only Txn.
+// compare ends each of holds (at most maxCompares) whose key is gone or
+// was put again, in one read-only Txn.
 func (st *state) compare(ctx context.Context, holds []*Hold) {
 	cmps := make([]clientv3.Cmp, len(holds))
 	gets := make([]clientv3.Op, len(holds))
