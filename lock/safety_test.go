@@ -403,17 +403,19 @@ func TestDoCancelsOnLoss(t *testing.T) {
 }
 
 // One heartbeat loop per session, not one per lock: while a session holds
-// 50 locks, each extension of its deadline costs one keepalive.
+// 50 locks, each extension of its deadline costs one keepalive (one
+// message on the session's keepalive stream).
 func TestOneHeartbeatForManyLocks(t *testing.T) {
 	c := etcdtest.New(t)
 	var keepalives atomic.Int64
 	cfg := c.Config()
 	cfg.DialOptions = []grpc.DialOption{grpc.WithChainStreamInterceptor(
 		func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			if method == "/etcdserverpb.Lease/LeaseKeepAlive" {
-				keepalives.Add(1)
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || method != "/etcdserverpb.Lease/LeaseKeepAlive" {
+				return cs, err
 			}
-			return streamer(ctx, desc, cc, method, opts...)
+			return countSends{cs, &keepalives}, nil
 		})}
 	cli := etcdtest.NewClient(t, cfg)
 	s := etcdtest.Session(t, cli, session.WithTTL(2*time.Second), session.WithHeartbeat(100*time.Millisecond))
@@ -443,6 +445,17 @@ func TestOneHeartbeatForManyLocks(t *testing.T) {
 	got := keepalives.Load() - start
 	assert.LessOrEqual(t, got, int64(extensions+1), "keepalives for %d extensions with 50 locks held", extensions)
 	assert.GreaterOrEqual(t, got, int64(extensions-1)) // one may have been in flight at the start
+}
+
+// countSends counts the messages sent on a stream.
+type countSends struct {
+	grpc.ClientStream
+	n *atomic.Int64
+}
+
+func (c countSends) SendMsg(m any) error {
+	c.n.Add(1)
+	return c.ClientStream.SendMsg(m)
 }
 
 // A Mutex on a session.Manager outlives its session: the grant of the

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -212,7 +213,9 @@ func (s *Session) retryInterval() time.Duration {
 // ends.
 func (s *Session) run(ctx context.Context, lastSend time.Time) {
 	defer close(s.loopDone)
-	next := lastSend.Add(s.opts.heartbeat)
+	ka := &keepalive{cli: s.cli, id: s.id, ctx: clientv3.WithRequireLeader(ctx)}
+	defer ka.close()
+	next := s.opts.beat(lastSend.Add(s.opts.heartbeat))
 	hb := time.NewTimer(fault.Until(next))
 	defer hb.Stop()
 	for {
@@ -230,9 +233,9 @@ func (s *Session) run(ctx context.Context, lastSend time.Time) {
 		}
 		var sent time.Time
 		kctx, cancel := context.WithDeadline(ctx, fault.Real(deadline))
-		resp, err := retry.Do(clientv3.WithRequireLeader(kctx), func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		resp, err := retry.Do(kctx, func(ctx context.Context) (*pb.LeaseKeepAliveResponse, error) {
 			sent = fault.Now() // the attempt that is acknowledged counts
-			return s.cli.KeepAliveOnce(ctx, s.id)
+			return ka.once(ctx)
 		})
 		cancel()
 		switch {
@@ -241,7 +244,7 @@ func (s *Session) run(ctx context.Context, lastSend time.Time) {
 			bctx, cancel := context.WithTimeout(ctx, s.opts.heartbeat/2)
 			attach.Heartbeat(bctx, &s.attachSet) // the check of the keys the locks hold
 			cancel()
-			hb.Reset(fault.Until(sent.Add(s.opts.heartbeat)))
+			hb.Reset(fault.Until(s.opts.beat(sent.Add(s.opts.heartbeat))))
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.end(ErrLeaseGone)
 			return

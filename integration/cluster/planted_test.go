@@ -29,9 +29,14 @@ func TestPlanted(t *testing.T) {
 		expect: "Done after a successor's grant",
 	}, {
 		// Done closing after the server's expiry: only a holder cut off
-		// while it holds shows it, so holders hold until Done.
+		// while it holds shows it, so holders hold until Done. Only a
+		// holder on a follower shows it: a holder on the leader goes on
+		// being acknowledged until the cut-off leader steps down, and the
+		// new leader extends every lease by the election timeout, so the
+		// expiry comes after the planted Done. The holder is often on the
+		// leader (seen in 1 run of 4 with all 3 faults there): 5 faults.
 		name:   "late-done",
-		cfg:    Config{Plant: "late-done", Faults: 3, Classes: []string{"partition-holder"}, Workloads: []string{"mutex"}, Hold: time.Hour},
+		cfg:    Config{Plant: "late-done", Faults: 5, Classes: []string{"partition-holder"}, Workloads: []string{"mutex"}, Hold: time.Hour},
 		expect: "Done after a successor's grant",
 	}, {
 		// A release that does not check what it deletes: a permit holder's
