@@ -253,6 +253,7 @@ func TestMalformed(t *testing.T) {
 		{"runs", row(`{"scenario":"a","load":1,"impl":"dlock","runs":0,"metrics":{"x":1}}`), "runs 0: want at least 1"},
 		{"metrics", row(`{"scenario":"a","load":1,"impl":"dlock","runs":1,"metric":{"x":1}}`), "no metrics"},
 		{"negative", row(`{"scenario":"a","load":1,"impl":"dlock","runs":1,"metrics":{"x":-1}}`), "metric x is -1"},
+		{"negative rate", row(`{"scenario":"a","load":1,"impl":"dlock","runs":1,"metrics":{"grants_per_s":-1}}`), "metric grants_per_s is -1"},
 		{"duplicate", row(ok + "," + ok), "rows[1]: the same scenario, load, variant and impl as rows[0] (scenario a, load 16, impl dlock)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

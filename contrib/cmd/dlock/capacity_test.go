@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -125,13 +126,15 @@ func mayBeZero(col string) bool {
 // TestCapacityFull runs the capacity scenarios at scale when
 // DLOCK_CAPACITY is "full" (issue 37's scales, medians of 3 runs: hours)
 // or "mid" (a tenth of them, one run, 10 s windows: about ten minutes on
-// two cores), on a 3-member cluster with fsync, and writes the JSON
+// two cores) or "big" (only the largest load of b, c, d and f, one run),
+// on a 3-member cluster with fsync, and writes the JSON
 // report to $DLOCK_CAPACITY_OUT (default capacity.json here).
-// $DLOCK_CAPACITY_SCENARIOS (e.g. "a,d") runs only some scenarios.
+// $DLOCK_CAPACITY_SCENARIOS (e.g. "a,d") runs only some scenarios, and
+// $DLOCK_CAPACITY_RUNS sets the runs per row (their median is reported).
 func TestCapacityFull(t *testing.T) {
 	mode := os.Getenv("DLOCK_CAPACITY")
-	if mode != "full" && mode != "mid" {
-		t.Skip("set DLOCK_CAPACITY=full (or mid) to run the capacity scenarios at scale")
+	if mode != "full" && mode != "mid" && mode != "big" {
+		t.Skip("set DLOCK_CAPACITY=full (or mid, or big) to run the capacity scenarios at scale")
 	}
 	_, o := capacityCluster(t)
 	if mode == "mid" {
@@ -146,8 +149,23 @@ func TestCapacityFull(t *testing.T) {
 		o.Window = 10 * time.Second
 		o.Duration = 5 * time.Second
 	}
+	if mode == "big" {
+		// Only the largest load of each scenario that has one above mid's.
+		o.Held = []int{100000}
+		o.Waiters = []int{10000}
+		o.Sessions = []int{10000}
+		o.FailoverSessions = []int{10000}
+		o.Scenarios = []string{"b", "c", "d", "f"}
+		o.Runs = 1
+		o.Window = 30 * time.Second
+	}
 	if s := os.Getenv("DLOCK_CAPACITY_SCENARIOS"); s != "" {
 		o.Scenarios = strings.Split(s, ",")
+	}
+	if s := os.Getenv("DLOCK_CAPACITY_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err, "DLOCK_CAPACITY_RUNS")
+		o.Runs = n
 	}
 	rep, err := capacity.Run(t.Context(), o)
 	if rep != nil {
