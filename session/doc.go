@@ -27,7 +27,8 @@
 //     asked; the session uses the granted one.
 //   - A keepalive (like the lease's grant and revoke) asks for a leader and
 //     is sent again until acknowledged or the deadline passes, so an etcd
-//     leader election shorter than TTL − margin − heartbeat ends no
+//     leader election shorter than TTL − margin − heartbeat − tick (the
+//     heartbeat grid's, at most 500ms: 4.2 s at the defaults) ends no
 //     session. If none is acknowledged in time, the session ends
 //     (ErrExpired), even if the server would have kept the lease longer.
 //   - After Done closes the session is over: create a new one, or use a

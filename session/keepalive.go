@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // keepalive is the session's lease keepalive stream: one gRPC stream, kept
@@ -40,6 +41,19 @@ type keepalive struct {
 // stream if there is none; on any error it drops the stream. A lease that
 // is gone is rpctypes.ErrLeaseNotFound, as from KeepAliveOnce.
 func (k *keepalive) once(ctx context.Context) (*pb.LeaseKeepAliveResponse, error) {
+	reused := k.stream != nil
+	resp, err := k.try(ctx)
+	if err != nil && reused && ctx.Err() == nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// The stream kept from an earlier heartbeat may have ended while
+		// idle (a member restarted, a proxy reset it): the request never
+		// reached a server. Once more, on a new stream.
+		resp, err = k.try(ctx)
+	}
+	return resp, err
+}
+
+// try is once's one attempt, on the open stream or a new one.
+func (k *keepalive) try(ctx context.Context) (*pb.LeaseKeepAliveResponse, error) {
 	if k.cancel == nil {
 		k.sctx, k.cancel = context.WithCancel(k.ctx)
 	}
@@ -66,7 +80,9 @@ func (k *keepalive) once(ctx context.Context) (*pb.LeaseKeepAliveResponse, error
 // exchange sends one request on the stream and receives its reply.
 func (k *keepalive) exchange() (*pb.LeaseKeepAliveResponse, error) {
 	if k.stream == nil {
-		stream, err := pb.NewLeaseClient(k.cli.ActiveConnection()).LeaseKeepAlive(k.sctx)
+		// WaitForReady, as etcd's client calls it: a connection still
+		// being made is waited for (within the attempt) rather than failed.
+		stream, err := pb.NewLeaseClient(k.cli.ActiveConnection()).LeaseKeepAlive(k.sctx, grpc.WaitForReady(true))
 		if err != nil {
 			return nil, rpctypes.Error(err)
 		}

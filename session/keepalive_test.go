@@ -65,7 +65,7 @@ func waitRenewals(t *testing.T, ctx context.Context, s *session.Session, n int) 
 // The heartbeat keeps one keepalive stream open and sends one request per
 // heartbeat on it: etcd sees one stream for many keepalives (etcd's
 // KeepAliveOnce, which the heartbeat used before, opens a stream per call:
-// streams == msgs). After the member is killed and restarted, the session opens a new
+// streams == msgs; here at least 3 messages a stream). After the member is killed and restarted, the session opens a new
 // stream and goes on renewing.
 func TestKeepalivesShareOneStream(t *testing.T) {
 	c := etcdtest.New(t)
@@ -77,14 +77,16 @@ func TestKeepalivesShareOneStream(t *testing.T) {
 	m := c.Members()[0]
 
 	waitRenewals(t, ctx, s, 5)
+	// At most one stream more than needed: an exchange slower than the
+	// attempt's bound (a noisy machine) opens another.
 	streams, msgs := leaseKeepAlive(t, ctx, m)
-	assert.Equal(t, 1.0, streams, "keepalive streams opened")
-	assert.GreaterOrEqual(t, msgs, 5.0, "keepalives received")
+	assert.LessOrEqual(t, streams, 2.0, "keepalive streams opened")
+	assert.GreaterOrEqual(t, msgs, 3*streams, "keepalives received on %v streams", streams)
 
 	m.Kill(t)
 	m.Restart(t)
 	waitRenewals(t, ctx, s, 5)
 	streams, msgs = leaseKeepAlive(t, ctx, m)
-	assert.Equal(t, 1.0, streams, "keepalive streams opened since the restart")
-	assert.GreaterOrEqual(t, msgs, 5.0, "keepalives received since the restart")
+	assert.LessOrEqual(t, streams, 2.0, "keepalive streams opened since the restart")
+	assert.GreaterOrEqual(t, msgs, 3*streams, "keepalives received since the restart on %v streams", streams)
 }

@@ -127,9 +127,11 @@ func (o *options) validate() error {
 //
 // The tick is at most 500ms, a quarter of the heartbeat interval and a
 // quarter of the slack between a heartbeat and the local deadline (TTL −
-// margin − heartbeat), so a keepalive leaves at most that much later than
+// margin − heartbeat), so a keepalive leaves less than a tick later than
 // the heartbeat interval says, and a healthy session still renews well
-// before its deadline.
+// before its deadline. Keepalives are then up to heartbeat + tick apart
+// (3.5 s at the default TTL of 10 s), and an outage shorter than TTL −
+// margin − heartbeat − tick ends no session (4.2 s at the defaults).
 var gridStart = time.Now()
 
 const maxTick = 500 * time.Millisecond

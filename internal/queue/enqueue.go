@@ -88,7 +88,6 @@ func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (e
 				st.release(t.slot)
 				return enqueued{}, err
 			}
-			st.sawUnknown()
 			return enqueued{t: t, unknown: true}, err
 		}
 		if resp.Succeeded {

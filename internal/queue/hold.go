@@ -107,12 +107,12 @@ func (h *Hold) end(err error) {
 }
 
 // gone ends the hold because its key was found deleted, unless a
-// Release's delete is in flight (the deletion may be Release's own:
-// Release decides).
+// Release's delete is in flight or done (the deletion may be Release's
+// own: Release decides).
 func (h *Hold) gone() {
 	h.t.st.unwatch(h)
 	h.mu.Lock()
-	if h.releasing {
+	if h.releasing || h.released { // released: Release is about to end it
 		h.goneSeen = true
 		h.mu.Unlock()
 		return

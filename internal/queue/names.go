@@ -108,18 +108,7 @@ func (st *state) sweep(ctx context.Context, kv retry.KV) error {
 // nobody waits on, ahead of every later waiter, until the session ends.
 // The model in model/ found this. So the heartbeat's check also deletes
 // the session's keys under names no attempt holds: such a key is a stray,
-// whatever wrote it. Once an enqueue of the session had an unknown outcome,
-// a stray is removed within one heartbeat interval; before, within
-// listEvery intervals (see "Watched holds" in state.go).
-
-// sawUnknown records that an enqueue had an unknown outcome: from now on
-// the heartbeat lists the lease's keys for strays every time (see
-// "Watched holds").
-func (st *state) sawUnknown() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.unknown = true
-}
+// whatever wrote it. A stray is removed within one heartbeat interval.
 
 // maxStrayDeletes bounds the deletes of one check's Txn, below etcd's
 // default limit of 128 operations per Txn.

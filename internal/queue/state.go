@@ -31,8 +31,6 @@ type state struct {
 	busy      map[uint64]struct{} // slots handed out to an attempt and not yet released or retired
 	leftovers map[string]bool     // keys whose removal failed; their names are retired
 	epochs    map[string]epoch    // queue prefix → the session's epoch there
-	unknown   bool                // an enqueue had an unknown outcome: list the lease's keys at every heartbeat
-	beats     uint64              // heartbeats checked
 
 	holdMu sync.Mutex
 	holds  map[*Hold]bool // live holds → whether to check its key at each heartbeat (its Done was called)
@@ -106,32 +104,12 @@ func (st *state) drop(h *Hold) {
 // its back (by hand, or by a revoke the heartbeat has not seen yet). A
 // watch per hold costs two goroutines and an etcd watcher each; a service
 // holding thousands of locks would pay that thousands of times. Instead
-// the session's heartbeat loop, after each acknowledged keepalive, checks
-// the watched holds' keys in one read-only Txn that compares each key's
-// create revision with the hold's (and, if one differs, reads them in its
-// Else branch): no goroutine and no watch per hold, and a deletion
-// reported within one interval. A read-only Txn is served by the member
-// the client talks to (a leader's cost is its share of a batched
-// ReadIndex), unlike the lease's key listing (LeaseTimeToLive with keys),
-// which every member forwards to the leader: the check used that once,
-// and it cost the leader more than the keepalives it follows.
-//
-// The listing is still how strays are found (names.go): at every
-// heartbeat once an enqueue of the session's had an unknown outcome (the
-// way a stray comes to be: see "Late writes"), else at every
-// listEvery-th heartbeat, a backstop for a copy applied late that the
-// session never saw fail. It is also the check of a session with more
-// than maxCompares watched holds: one request, where compares would take
-// one per maxCompares. The session's own end still ends every hold at
-// once (End).
-
-// listEvery is how many heartbeats apart the lease's keys are listed when
-// no enqueue of the session had an unknown outcome.
-const listEvery = 8
-
-// maxCompares is the most watched holds checked by compares, in one Txn:
-// below etcd's default limit of 128 operations per Txn.
-const maxCompares = 100
+// the session's heartbeat loop, after each acknowledged keepalive, lists
+// the keys bound to the lease (one LeaseTimeToLive with keys) and ends
+// every watched hold whose key is missing: no goroutine and no watch per
+// hold, one request per heartbeat interval (which also finds strays, see
+// names.go), and a deletion reported within one interval. The session's
+// own end still ends every hold at once (End).
 
 // watch has h's key checked at each heartbeat, if h is live.
 func (st *state) watch(h *Hold) {
@@ -152,7 +130,7 @@ func (st *state) unwatch(h *Hold) {
 }
 
 // check runs in the heartbeat loop: it ends every watched hold whose key
-// is no longer there, and lists the lease's keys for strays when due.
+// is no longer bound to the lease.
 func (st *state) check(ctx context.Context) {
 	st.holdMu.Lock()
 	var holds []*Hold
@@ -162,43 +140,6 @@ func (st *state) check(ctx context.Context) {
 		}
 	}
 	st.holdMu.Unlock()
-	_ = st.sweep(ctx, st.kv) // failures stay leftovers for the next try
-	st.mu.Lock()
-	st.beats++
-	list := st.unknown || st.beats%listEvery == 0 || len(holds) > maxCompares
-	st.mu.Unlock()
-	switch {
-	case list:
-		st.list(ctx, holds)
-	case len(holds) > 0:
-		st.compare(ctx, holds)
-	}
-}
-
-// compare ends each of holds (at most maxCompares) whose key is gone or
-// was put again, in one read-only Txn.
-func (st *state) compare(ctx context.Context, holds []*Hold) {
-	cmps := make([]clientv3.Cmp, len(holds))
-	gets := make([]clientv3.Op, len(holds))
-	for i, h := range holds {
-		cmps[i] = h.t.Owned()
-		gets[i] = clientv3.OpGet(h.t.Key, clientv3.WithKeysOnly())
-	}
-	resp, err := st.kv.Txn(ctx).If(cmps...).Else(gets...).Commit()
-	if err != nil || resp.Succeeded {
-		return // an error: next time
-	}
-	for i, r := range resp.Responses {
-		kvs := r.GetResponseRange().Kvs
-		if len(kvs) == 0 || kvs[0].CreateRevision != holds[i].t.Rev {
-			holds[i].gone()
-		}
-	}
-}
-
-// list lists the keys bound to the lease: it ends each of holds whose key
-// is not among them, and removes strays.
-func (st *state) list(ctx context.Context, holds []*Hold) {
 	resp, err := retry.TimeToLive(ctx, st.cli, st.id, clientv3.WithAttachedKeys())
 	if err != nil || resp.TTL == -1 {
 		return // next time; a lease gone is the session's to report
@@ -212,5 +153,6 @@ func (st *state) list(ctx context.Context, holds []*Hold) {
 			h.gone()
 		}
 	}
+	_ = st.sweep(ctx, st.kv) // failures stay leftovers for the next try
 	st.removeStrays(ctx, resp.Keys)
 }
