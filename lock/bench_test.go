@@ -795,3 +795,76 @@ func BenchmarkSemaphoreContended8(b *testing.B) {
 	b.ReportMetric(median(dSem), "semaphore-ns/grant")
 	b.ReportMetric(median(dMutex), "mutex-ns/grant")
 }
+
+// The reads a waiter's acquire makes, against the depth of the queue it
+// joins: etcd ranges a prefix read that is sorted by create revision or
+// filtered by revision in full (it has no index by create revision), so
+// each costs O(depth) at the member (inside a Txn, in its apply loop).
+// dlock's enqueue Txn reads the last entry, keys only (from etcd's
+// in-memory index), and its waiter reads its predecessor the same way
+// after each watch event; etcd's Mutex reads the owner with its value
+// inside its Txn, then the last entry before it. A point Get is the floor.
+// depth keys (in random name order, as lease-slot names are) are put under
+// one prefix, then each read is timed, interleaved, and reported in µs
+// (medians).
+func BenchmarkGrowthReads(b *testing.B) {
+	for _, depth := range []int{10, 100, 1000, 10000} {
+		b.Run(fmt.Sprint(depth), func(b *testing.B) {
+			c := etcdtest.New(b)
+			cli := c.Client(b)
+			ctx := context.Background()
+			const pfx = "reads/"
+			for i := range depth {
+				if _, err := cli.Put(ctx, fmt.Sprintf("%s%08x-%d", pfx, rand.Uint32(), i), "value-of-a-queue-entry"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			resp, err := cli.Get(ctx, pfx, clientv3.WithLastCreate()...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			last := resp.Kvs[0]
+			reads := []struct {
+				name string
+				do   func() error
+			}{
+				{"dlock-enqueue-txn", func() error { // the Txn's read, without its put
+					_, err := cli.Txn(ctx).Then(clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)).Commit()
+					return err
+				}},
+				{"dlock-check", func() error {
+					_, err := cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+						clientv3.WithLimit(2), clientv3.WithMaxCreateRev(last.CreateRevision), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+					return err
+				}},
+				{"etcdmutex-owner-txn", func() error {
+					_, err := cli.Txn(ctx).Then(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).Commit()
+					return err
+				}},
+				{"etcdmutex-wait", func() error {
+					_, err := cli.Get(ctx, pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(last.CreateRevision-1))...)
+					return err
+				}},
+				{"point-get", func() error {
+					_, err := cli.Get(ctx, string(last.Key), clientv3.WithKeysOnly())
+					return err
+				}},
+			}
+			times := make([][]time.Duration, len(reads))
+			b.ResetTimer()
+			for b.Loop() {
+				for i, r := range reads {
+					t0 := time.Now()
+					if err := r.do(); err != nil {
+						b.Fatal(err)
+					}
+					times[i] = append(times[i], time.Since(t0))
+				}
+			}
+			b.StopTimer()
+			for i, r := range reads {
+				b.ReportMetric(median(times[i])/1e3, r.name+"-µs")
+			}
+		})
+	}
+}

@@ -130,7 +130,10 @@ func mayBeZero(col string) bool {
 // on a 3-member cluster with fsync, and writes the JSON
 // report to $DLOCK_CAPACITY_OUT (default capacity.json here).
 // $DLOCK_CAPACITY_SCENARIOS (e.g. "a,d") runs only some scenarios, and
-// $DLOCK_CAPACITY_RUNS sets the runs per row (their median is reported).
+// $DLOCK_CAPACITY_RUNS sets the runs per row (their median is reported),
+// $DLOCK_CAPACITY_IMPLS (e.g. "concurrency") the implementations,
+// $DLOCK_CAPACITY_LOADS (e.g. "1000,100000") the loads of every scenario
+// run, and $DLOCK_CAPACITY_TTL (e.g. "30s") the sessions' TTL.
 func TestCapacityFull(t *testing.T) {
 	mode := os.Getenv("DLOCK_CAPACITY")
 	if mode != "full" && mode != "mid" && mode != "big" {
@@ -161,6 +164,23 @@ func TestCapacityFull(t *testing.T) {
 	}
 	if s := os.Getenv("DLOCK_CAPACITY_SCENARIOS"); s != "" {
 		o.Scenarios = strings.Split(s, ",")
+	}
+	if s := os.Getenv("DLOCK_CAPACITY_LOADS"); s != "" {
+		var loads []int
+		for f := range strings.SplitSeq(s, ",") {
+			n, err := strconv.Atoi(f)
+			require.NoError(t, err, "DLOCK_CAPACITY_LOADS")
+			loads = append(loads, n)
+		}
+		o.Inflight, o.Held, o.Waiters, o.Sessions, o.Expire, o.FailoverSessions = loads, loads, loads, loads, loads, loads
+	}
+	if s := os.Getenv("DLOCK_CAPACITY_IMPLS"); s != "" {
+		o.Impls = strings.Split(s, ",")
+	}
+	if s := os.Getenv("DLOCK_CAPACITY_TTL"); s != "" {
+		d, err := time.ParseDuration(s)
+		require.NoError(t, err, "DLOCK_CAPACITY_TTL")
+		o.TTL = d
 	}
 	if s := os.Getenv("DLOCK_CAPACITY_RUNS"); s != "" {
 		n, err := strconv.Atoi(s)
