@@ -70,6 +70,12 @@ type Config struct {
 	// Cluster makes a redis backend a Redis Cluster client: the Endpoints
 	// are seed nodes. Optional.
 	Cluster bool
+	// Replicas makes a redis backend's grant count only once that many
+	// replicas of its node acknowledged it (redis.WithReplicas(n, 0): the
+	// acquire script and WAIT in one round trip; see docs/redis.md for
+	// what it closes and what it does not). Optional, defaults to 0 (no
+	// confirmation); only for the redis backend.
+	Replicas int
 	// TLS configures TLS to etcd or Redis: the CA to trust, a client
 	// certificate, the server name. Optional; nil means plaintext, unless
 	// the DSN's scheme asks for TLS (etcds://, rediss://), in which case
@@ -114,19 +120,26 @@ func (c Config) logger() *slog.Logger {
 }
 
 func (c Config) redisOptions() []redis.Option {
-	return []redis.Option{
+	o := []redis.Option{
 		redis.WithTTL(c.TTL),
 		redis.WithPrefix(c.Prefix + ":"),
 		redis.WithAutoExtend(0),
 		redis.WithTelemetry(c.telemetry()),
 	}
+	if c.Replicas > 0 {
+		o = append(o, redis.WithReplicas(c.Replicas, 0))
+	}
+	return o
 }
 
 // checkRedisOptions reports whether redis.New (or NewRedlock) accepts the
 // options Locker will pass it, without a server: New contacts no server,
-// and calls nothing on a client of a type it does not know.
+// and calls nothing on a client of a type it does not know. Replicas,
+// which New accepts only with a client of go-redis' own types (Open makes
+// one), Validate checks itself.
 func (c Config) checkRedisOptions() error {
 	type unused struct{ goredis.UniversalClient }
+	c.Replicas = 0
 	if c.Backend == BackendRedis {
 		_, err := redis.New(&unused{}, "-", c.redisOptions()...)
 		return err
@@ -188,6 +201,12 @@ func (c Config) Validate() error {
 	}
 	if c.DB < 0 {
 		return bad("db %d must not be negative", c.DB)
+	}
+	if c.Replicas < 0 {
+		return bad("replicas %d must not be negative", c.Replicas)
+	}
+	if c.Replicas > 0 && c.Backend != BackendRedis {
+		return bad("replicas: only for the redis backend (a node, Sentinel or Cluster), not %s", c.Backend)
 	}
 	if c.DB != 0 && c.Cluster {
 		return bad("db %d: Redis Cluster has only database 0", c.DB)

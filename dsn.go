@@ -26,10 +26,10 @@ const (
 //
 //	etcd://[user:pass@]h1:2379,h2:2379[/prefix][?ttl=10s&dial_timeout=5s]
 //	etcds://h1:2379,h2:2379[/prefix]?cacert=ca.pem&cert=client.pem&key=client-key.pem[&server_name=etcd.example]
-//	redis://[user:pass@]h:6379[/prefix][?ttl=10s&db=0&dial_timeout=5s]
+//	redis://[user:pass@]h:6379[/prefix][?ttl=10s&db=0&dial_timeout=5s&replicas=1]
 //	rediss://h:6379[/prefix]?cacert=ca.pem            (the same TLS parameters)
-//	redis+sentinel://s1:26379,s2:26379,s3:26379[/prefix]?master_name=mymaster[&db=0]
-//	redis+cluster://n1:6379,n2:6379,n3:6379[/prefix]  (seed nodes)
+//	redis+sentinel://s1:26379,s2:26379,s3:26379[/prefix]?master_name=mymaster[&db=0&replicas=1]
+//	redis+cluster://n1:6379,n2:6379,n3:6379[/prefix][?replicas=1]  (seed nodes)
 //	redlock://[user:pass@]h1:6379,h2:6379,h3:6379[/prefix][?ttl=10s&db=0]
 //
 // Schemes are case-insensitive. The TLS schemes are etcds, rediss,
@@ -37,9 +37,11 @@ const (
 // the system's roots. cert and key go together (a client certificate, for
 // mutual TLS). TLS parameters on a plaintext scheme are an error, and so
 // is a file that cannot be read or parsed. Ports default to 2379 (etcd),
-// 6379 (Redis) and 26379 (Sentinel). A parameter the scheme does not take
-// is an error that names it, and so is an empty DSN. The result is
-// validated; errors match ErrInvalidConfig and name the field.
+// 6379 (Redis) and 26379 (Sentinel). replicas=n makes a grant count only
+// once n replicas acknowledged it (Config.Replicas). A parameter the
+// scheme does not take is an error that names it, and so is an empty DSN.
+// The result is validated; errors match ErrInvalidConfig and name the
+// field.
 func ParseDSN(dsn string) (Config, error) {
 	c, err := parseDSN(dsn)
 	if err != nil {
@@ -79,11 +81,11 @@ func setupEtcd(d *dsnParts) (Config, error) {
 }
 
 func setupRedis(d *dsnParts) (Config, error) {
-	return d.config(Config{Backend: BackendRedis, DB: d.q.db()}, defaultRedisPort)
+	return d.config(Config{Backend: BackendRedis, DB: d.q.db(), Replicas: d.q.replicas()}, defaultRedisPort)
 }
 
 func setupSentinel(d *dsnParts) (Config, error) {
-	c := Config{Backend: BackendRedis, DB: d.q.db(), MasterName: d.q.string("master_name")}
+	c := Config{Backend: BackendRedis, DB: d.q.db(), MasterName: d.q.string("master_name"), Replicas: d.q.replicas()}
 	if c.MasterName == "" {
 		return c, fmt.Errorf("master_name: %s:// needs the master's name (?master_name=mymaster)", d.name)
 	}
@@ -91,7 +93,7 @@ func setupSentinel(d *dsnParts) (Config, error) {
 }
 
 func setupCluster(d *dsnParts) (Config, error) {
-	return d.config(Config{Backend: BackendRedis, Cluster: true}, defaultRedisPort)
+	return d.config(Config{Backend: BackendRedis, Cluster: true, Replicas: d.q.replicas()}, defaultRedisPort)
 }
 
 func setupRedlock(d *dsnParts) (Config, error) {
@@ -242,14 +244,21 @@ func (q *query) duration(name, example string) time.Duration {
 }
 
 // db reads the Redis database number.
-func (q *query) db() int {
-	s, ok := q.take("db")
+func (q *query) db() int { return q.count("db", "a database number") }
+
+// replicas reads the number of replicas that must acknowledge a Redis
+// grant.
+func (q *query) replicas() int { return q.count("replicas", "a number of replicas (0 or more)") }
+
+// count reads a number, 0 or more; what says what it is, for the message.
+func (q *query) count(name, what string) int {
+	s, ok := q.take(name)
 	if !ok {
 		return 0
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
-		q.fail("db %q is not a database number", s)
+		q.fail("%s %q is not %s", name, s, what)
 		return 0
 	}
 	return n
@@ -281,6 +290,8 @@ func (q *query) unread(scheme string) error {
 			return fmt.Errorf("master_name: only for redis+sentinel:// (the scheme is %s://)", scheme)
 		case "db":
 			return fmt.Errorf("db: only for redis://, redis+sentinel:// and redlock:// (the scheme is %s://)", scheme)
+		case "replicas":
+			return fmt.Errorf("replicas: only for redis://, redis+sentinel:// and redis+cluster:// (the scheme is %s://)", scheme)
 		}
 	}
 	if len(left) == 0 {

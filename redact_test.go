@@ -127,7 +127,7 @@ func TestConfigViewHasConfigFields(t *testing.T) {
 // before adding it here.
 func TestConfigFieldsReviewedForSecrets(t *testing.T) {
 	reviewed := []string{"Backend", "Endpoints", "Prefix", "TTL", "DialTimeout", "Username",
-		"Password", "DB", "MasterName", "Cluster", "TLS", "MeterProvider", "TracerProvider", "Logger"}
+		"Password", "DB", "MasterName", "Cluster", "Replicas", "TLS", "MeterProvider", "TracerProvider", "Logger"}
 	var fields []string
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[dlock.Config]()) {
 		fields = append(fields, f.Name)

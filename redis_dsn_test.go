@@ -47,6 +47,7 @@ func TestRedisDSNForms(t *testing.T) {
 		forms = append(forms,
 			form{"redis" + s, "redis" + s + "://" + nodes[0].Addr() + "/dsn?ttl=5s" + q},
 			form{"redis" + s + "+sentinel", "redis" + s + "+sentinel://" + strings.Join(st.Addrs(), ",") + "/dsn?master_name=" + st.MasterName + q},
+			form{"redis" + s + "+sentinel with replicas=1", "redis" + s + "+sentinel://" + strings.Join(st.Addrs(), ",") + "/dsn?replicas=1&master_name=" + st.MasterName + q},
 			form{"redis" + s + "+cluster", "redis" + s + "+cluster://" + strings.Join(cl.Addrs(), ",") + "/dsn?ttl=5s" + q},
 			form{"redlock" + s, "redlock" + s + "://" + nodes[0].Addr() + "," + nodes[1].Addr() + "," + nodes[2].Addr() + "/dsn?ttl=5s" + q},
 		)
@@ -129,4 +130,24 @@ func TestParseRedisDSNErrors(t *testing.T) {
 	cfg, err = dlock.ParseDSN("redis+cluster://n1,n2:7001,n3/app")
 	require.NoError(t, err)
 	assert.Equal(t, dlock.Config{Backend: "redis", Endpoints: []string{"n1:6379", "n2:7001", "n3:6379"}, Prefix: "app", Cluster: true}, cfg)
+	for dsn, want := range map[string]dlock.Config{
+		"redis://h?replicas=1":                         {Backend: "redis", Endpoints: []string{"h:6379"}, Replicas: 1},
+		"redis+sentinel://s1?master_name=m&replicas=2": {Backend: "redis", Endpoints: []string{"s1:26379"}, MasterName: "m", Replicas: 2},
+		"redis+cluster://n1,n2?replicas=1":             {Backend: "redis", Endpoints: []string{"n1:6379", "n2:6379"}, Cluster: true, Replicas: 1},
+		"redis://h?replicas=0":                         {Backend: "redis", Endpoints: []string{"h:6379"}},
+	} {
+		cfg, err := dlock.ParseDSN(dsn)
+		require.NoError(t, err, dsn)
+		assert.Equal(t, want, cfg, dsn)
+	}
+	// Validate refuses what the DSN cannot express.
+	for _, c := range []dlock.Config{
+		{Backend: "redis", Endpoints: []string{"h:6379"}, Replicas: -1},
+		{Backend: "redlock", Endpoints: []string{"a:1", "b:1", "c:1"}, Replicas: 1},
+		{Backend: "etcd", Endpoints: []string{"h:2379"}, Replicas: 1},
+	} {
+		err := c.Validate()
+		assert.ErrorIs(t, err, dlock.ErrInvalidConfig, "%+v", c)
+		assert.ErrorContains(t, err, "replicas", "%+v", c)
+	}
 }

@@ -55,6 +55,10 @@ func acquire(ctx context.Context, a attempter, name string, o *options) (g *Gran
 	if g != nil {
 		return g, false, nil
 	}
+	// last is the last refusal that was not the caller's ctx ending: what
+	// the error quotes when Lock gives up (an attempt cut short by ctx
+	// says nothing about why the lock was not granted).
+	last := err
 	wid := newWaiterID()
 	var w *waker
 	defer func() {
@@ -66,7 +70,7 @@ func acquire(ctx context.Context, a attempter, name string, o *options) (g *Gran
 		if w != nil {
 			a.leave(ctx, wid)
 		}
-		return nil, false, errs.New("redis", name, "lock", fmt.Errorf("%w (last attempt: %v)", cerr, err))
+		return nil, false, errs.New("redis", name, "lock", fmt.Errorf("%w (last attempt: %v)", cerr, last))
 	}
 	for n := 0; ; n++ {
 		if cerr := ctx.Err(); cerr != nil {
@@ -92,6 +96,9 @@ func acquire(ctx context.Context, a attempter, name string, o *options) (g *Gran
 		g, retryIn, err = a.attempt(ctx, "lock", wid)
 		if g != nil {
 			return g, true, nil
+		}
+		if ctx.Err() == nil {
+			last = err
 		}
 	}
 }

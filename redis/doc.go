@@ -30,7 +30,10 @@
 //
 //   - Replication is asynchronous: a Sentinel or Cluster failover (or a
 //     restart without persistence) can grant a lock twice and repeat a
-//     token. WithReplicas narrows that window, no more.
+//     token. WithReplicas (the script and WAIT in one round trip) counts a
+//     grant only once n replicas have it in memory: a failover that
+//     promotes one of them keeps it; one that promotes another replica,
+//     or a replica that restarts empty, does not (docs/redis.md).
 //   - Redlock assumes bounded clock drift, pauses and delays, and masters
 //     that fail independently; a node back empty within a TTL can grant
 //     twice (use appendfsync always, or keep it down for a TTL).
@@ -41,5 +44,7 @@
 //   - A Ring, or a client type of your own, without ContextTimeoutEnabled is
 //     bounded only by its own timeouts. On a *redis.Client without it, the
 //     commands run on a view that New makes (Client.WithTimeout): it shares
-//     the client's connections and the hooks it had then.
+//     the client's connections, but go-redis (v9.23) runs none of the
+//     client's hooks on it, so instrumentation hooks see dlock's commands
+//     only on a client with ContextTimeoutEnabled.
 package redis

@@ -73,8 +73,9 @@ func (m *Mutex) LockKey() string { return "redis:" + m.keys.lock }
 // than the holder's TTL; waiters are not served in order. When ctx ends it
 // returns an error matching ctx.Err() within about the node timeout, also
 // from a stalled node, and leaves no key behind. Errors other than
-// contention (a node down) are retried until ctx ends; the last one is
-// quoted in the returned error. The lock.Held is a *Grant.
+// contention (a node down, a grant that too few replicas acknowledged) are
+// retried until ctx ends; the last refusal before ctx ended is quoted in
+// the returned error. The lock.Held is a *Grant.
 func (m *Mutex) Lock(ctx context.Context) (lock.Held, error) {
 	return lockWith(ctx, m, m.tel, m.name, &m.o)
 }
@@ -144,12 +145,15 @@ func (m *Mutex) undo(ctx context.Context, value string) {
 	}
 }
 
-// grant runs the acquire script (and WAIT, if asked) as waiter wid.
+// grant runs the acquire script as waiter wid. With WithReplicas the
+// script and WAIT go pipelined on one connection, in one round trip: WAIT
+// counts the writes of its own connection, and cannot run inside a
+// script.
 func (m *Mutex) grant(ctx context.Context, c goredis.UniversalClient, value, wid string) (acquireReply, error) {
+	keys, args := m.acquireArgs(value, wid)
 	if m.o.replicas == 0 {
-		return m.runAcquire(ctx, c, value, wid)
+		return parseAcquire(acquireScript.Run(ctx, c, keys, args...))
 	}
-	// WAIT counts the writes of its own connection: run both on one.
 	var cl *goredis.Client
 	switch c := c.(type) {
 	case *goredis.Client:
@@ -162,11 +166,30 @@ func (m *Mutex) grant(ctx context.Context, c goredis.UniversalClient, value, wid
 	}
 	conn := cl.Conn()
 	defer conn.Close()
-	r, err := m.runAcquire(ctx, conn, value, wid)
+	var acq *goredis.Cmd
+	var wait *goredis.Cmd
+	// WAIT 0 would block for ever: its timeout is at least 1 ms (as
+	// go-redis rounds it).
+	waitMs := max(m.o.replicaTimeout.Milliseconds(), 1)
+	for _, cached := range []bool{true, false} {
+		_, _ = conn.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			if cached {
+				acq = acquireScript.EvalSha(ctx, p, keys, args...)
+			} else { // the server does not have the script (yet): send it
+				acq = acquireScript.Eval(ctx, p, keys, args...)
+			}
+			wait = p.Do(ctx, "wait", m.o.replicas, waitMs)
+			return nil
+		})
+		if err := acq.Err(); !cached || err == nil || !goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			break
+		}
+	}
+	r, err := parseAcquire(acq)
 	if err != nil || !r.granted {
 		return r, err
 	}
-	acks, err := conn.Wait(ctx, m.o.replicas, m.o.replicaTimeout).Result()
+	acks, err := wait.Int64()
 	if err != nil {
 		return r, fmt.Errorf("wait for replicas: %w", err)
 	}
@@ -176,14 +199,19 @@ func (m *Mutex) grant(ctx context.Context, c goredis.UniversalClient, value, wid
 	return r, nil
 }
 
-// runAcquire runs the acquire script; a waiter (wid not "") is
-// registered if refused, and leaves the waiters if granted.
-func (m *Mutex) runAcquire(ctx context.Context, c goredis.Scripter, value, wid string) (acquireReply, error) {
+// acquireArgs are the acquire script's keys and arguments; a waiter (wid
+// not "") is registered if refused, and leaves the waiters if granted.
+func (m *Mutex) acquireArgs(value, wid string) ([]string, []any) {
 	args := []any{value, m.o.ttl.Milliseconds(), "1"}
 	if wid != "" {
 		args = append(args, wid, m.waitersTTL().Milliseconds())
 	}
-	res, err := acquireScript.Run(ctx, c, []string{m.keys.lock, m.keys.seq, m.keys.waiters}, args...).Int64Slice()
+	return []string{m.keys.lock, m.keys.seq, m.keys.waiters}, args
+}
+
+// parseAcquire reads the acquire script's reply.
+func parseAcquire(cmd *goredis.Cmd) (acquireReply, error) {
+	res, err := cmd.Int64Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}

@@ -26,8 +26,8 @@ import (
 //     a ctx whose deadline is capped at the bound;
 //   - a *goredis.Client without it (plain or Sentinel failover) runs them
 //     on client.WithTimeout(bound): a view that shares the client's
-//     connection pool and the hooks it had then, and owns nothing to
-//     close;
+//     connection pool (not its hooks: go-redis v9.23 runs none on it, see
+//     TestViewRunsNoHooks), and owns nothing to close;
 //   - a *goredis.ClusterClient without it runs them on the same view of
 //     the master of the key's slot;
 //   - any other client (a Ring or a type of the user's without

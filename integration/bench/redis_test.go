@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,6 +140,19 @@ func redislockFn(c goredis.UniversalClient, key string) lockFn {
 	}
 }
 
+// redislockAsUsers is bsm/redislock as its README obtains a lock: a 10 s
+// TTL and nil options (no retry).
+func redislockAsUsers(c goredis.UniversalClient, key string) lockFn {
+	rl := redislock.New(c)
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		l, err := rl.Obtain(ctx, key, 10*time.Second, nil)
+		if err != nil {
+			return nil, err
+		}
+		return l.Release, nil
+	}
+}
+
 // redsyncFn is go-redsync/redsync over cs with dlock's default TTL and its
 // own retry defaults (32 tries, 50–250 ms apart).
 func redsyncFn(cs []goredis.UniversalClient, name string, opts ...redsync.Option) lockFn {
@@ -178,6 +192,28 @@ func BenchmarkVsRedislockDefaultClient(b *testing.B) {
 	s := redistest.Start(b)
 	c := s.DefaultClient(b)
 	uncontended(b, mutexFn(b, c, "bench/vs"), redislockFn(c, "anchor/vs"), "redislock")
+}
+
+// BenchmarkVsRedislockAsUsersMakeIt: the set-up of issue 38, as most
+// users write it: a client made with go-redis' defaults and nothing else
+// (goredis.NewClient(&goredis.Options{Addr: addr})), dlock's
+// redis.New(c, name, redis.WithTTL(10*time.Second)) against
+// redislock.New(c).Obtain(ctx, key, 10*time.Second, nil) and Release,
+// with context.Background().
+func BenchmarkVsRedislockAsUsersMakeIt(b *testing.B) {
+	s := redistest.Start(b)
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	defer c.Close()
+	m, err := redis.New(c, "bench/users", redis.WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ours, anchor := lockerFn(b, m), redislockAsUsers(c, "anchor/users")
+	ctx := context.Background()
+	interleave(b, "dlock", "redislock", func(i int) (o, a time.Duration) {
+		return alternate(i, func() time.Duration { return timeLockUnlock(b, ctx, ours) },
+			func() time.Duration { return timeLockUnlock(b, ctx, anchor) })
+	})
 }
 
 // BenchmarkVsRedsync: uncontended Lock+Unlock over five independent Redis
@@ -400,4 +436,79 @@ func BenchmarkVsRedsyncSlowNodes(b *testing.B) {
 			uncontended(b, redlockFn(b, cs, "bench/slow-"+tc.name), redsyncFn(cs, "anchor/slow-"+tc.name, tc.opts...), "redsync")
 		})
 	}
+}
+
+// BenchmarkClientCPUAsUsersMakeIt is the client side of
+// BenchmarkVsRedislockAsUsersMakeIt: the same Lock+Unlock, each library
+// alone in a loop, reporting the test process's CPU time per Lock+Unlock
+// (getrusage: user and system, the Redis server not included) and its
+// allocations. Loopback latency on a VM swings by 2-3× from run to run;
+// the client's CPU per call does not.
+func BenchmarkClientCPUAsUsersMakeIt(b *testing.B) {
+	s := redistest.Start(b)
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	defer c.Close()
+	m, err := redis.New(c, "bench/cpu", redis.WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, l := range []struct {
+		name string
+		fn   lockFn
+	}{
+		{"dlock", lockerFn(b, m)},
+		{"redislock", redislockAsUsers(c, "anchor/cpu")},
+	} {
+		b.Run(l.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				timeLockUnlock(b, ctx, l.fn)
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime is the process's CPU time so far (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkReplicasCost: what replica confirmation costs. Uncontended
+// Lock+Unlock on a master with one replica, dlock's Mutex with
+// WithReplicas(1, 0) (the script and WAIT pipelined) against the same
+// without, interleaved, on a client with go-redis' defaults.
+func BenchmarkReplicasCost(b *testing.B) {
+	master := redistest.Start(b, redistest.WithArgs("--repl-diskless-sync-delay", "0"))
+	replica := redistest.Start(b, redistest.WithArgs("--replicaof", "127.0.0.1", fmt.Sprint(master.Port())))
+	c := goredis.NewClient(&goredis.Options{Addr: master.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	rc := replica.Client(b)
+	for rc.Info(ctx, "replication").Val() == "" || !strings.Contains(rc.Info(ctx, "replication").Val(), "master_link_status:up") {
+		select {
+		case <-time.After(20 * time.Millisecond): // no notification of the link: poll
+		case <-b.Context().Done():
+			b.Fatal("the replica did not link up")
+		}
+	}
+	confirmed, err := redis.New(c, "bench/replicas", redis.WithReplicas(1, 0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain, err := redis.New(c, "bench/plain")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ours, anchor := lockerFn(b, confirmed), lockerFn(b, plain)
+	interleave(b, "replicas1", "plain", func(i int) (o, a time.Duration) {
+		return alternate(i, func() time.Duration { return timeLockUnlock(b, ctx, ours) },
+			func() time.Duration { return timeLockUnlock(b, ctx, anchor) })
+	})
 }

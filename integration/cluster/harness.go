@@ -39,6 +39,7 @@ type Config struct {
 	ResourcePlant string // the resource's plant (-plant)
 	Rounds        int    // grants per worker (0: until the end)
 	Permits       int    // the semaphore's permits; default 2
+	RedisReplicas int    // the redis workload's replicas that must acknowledge a grant (DSN replicas=); 0: none
 }
 
 func (c *Config) defaults() {

@@ -324,7 +324,8 @@ sentinel parallel-syncs %[4]s 1
 func (rh *RedisHarness) StartWorker(wl string, slot int) (*Worker, error) {
 	switch wl {
 	case "redis":
-		return rh.launch(wl, slot, 0, nil, rh.Clients, "-sentinels", addrs(rh.Sentinels), "-redis-master-name", redisMasterName)
+		return rh.launch(wl, slot, 0, nil, rh.Clients, "-sentinels", addrs(rh.Sentinels), "-redis-master-name", redisMasterName,
+			"-redis-replicas", strconv.Itoa(rh.Cfg.RedisReplicas))
 	case "redlock":
 		return rh.launch(wl, slot, 0, nil, rh.Clients, "-redlock", addrs(rh.Redlock))
 	}
@@ -494,11 +495,15 @@ func RunRedis(ctx context.Context, cfg Config, logf func(string, ...any)) (*Repo
 	h := rh.Harness
 	rng := newRNG(cfg.Seed)
 	nem := &redisNemesis{nemesis: &nemesis{h: h, rng: rng, log: logf}, rh: rh, turns: map[string]int{}}
-	return runner{
+	rep, err := runner{
 		h: h, rng: rng, logf: logf, inject: nem.inject,
 		leftovers: rh.Leftovers, store: "a node", close: rh.Close,
 		check: (*Report).check,
 	}.run(ctx)
+	if rep != nil && cfg.RedisReplicas > 0 {
+		rep.Notes = append([]string{fmt.Sprintf("redis: replicas=%d: a grant counts once that many replicas acknowledged it", cfg.RedisReplicas)}, rep.Notes...)
+	}
+	return rep, err
 }
 
 // fencedResults counts workload's fenced ops by result ("ok", "stale",

@@ -66,7 +66,8 @@ func TestSmokeRedis(t *testing.T) {
 }
 
 // TestSoakRedis is the long Redis run: DLOCK_SOAK_REDIS=30m (a duration)
-// turns it on.
+// turns it on; DLOCK_SOAK_REDIS_REPLICAS=1 makes the redis workload's
+// grants count only once the replica acknowledged them (replicas=1).
 func TestSoakRedis(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("DLOCK_SOAK_REDIS"))
 	if err != nil || d <= 0 {
@@ -80,7 +81,12 @@ func TestSoakRedis(t *testing.T) {
 	if s := os.Getenv("DLOCK_SOAK_WORKERS"); s != "" {
 		per, _ = strconv.Atoi(s)
 	}
-	rep := runRedisCluster(t, ctx, Config{Seed: seed(t, 20261206), Duration: d, PerWorkload: per})
+	replicas := 0
+	if s := os.Getenv("DLOCK_SOAK_REDIS_REPLICAS"); s != "" {
+		replicas, err = strconv.Atoi(s)
+		require.NoError(t, err, "DLOCK_SOAK_REDIS_REPLICAS")
+	}
+	rep := runRedisCluster(t, ctx, Config{Seed: seed(t, 20261206), Duration: d, PerWorkload: per, RedisReplicas: replicas})
 	verdict(t, rep)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -214,7 +215,13 @@ func runRun(_ context.Context, e *env, args []string) error {
 	sig = signalled()
 	if err != nil {
 		if sig == nil && errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("lock %q: not acquired within --timeout %v", *name, *timeout)
+			// The backend's last refusal says why (held by another, no
+			// replica acknowledged, a node down), where it gives one.
+			why := ""
+			if _, last, ok := strings.Cut(err.Error(), "(last attempt: "); ok {
+				why = " (last attempt: " + last
+			}
+			return fmt.Errorf("lock %q: not acquired within --timeout %v%s", *name, *timeout, why)
 		}
 		return interrupted(sig, err)
 	}

@@ -95,6 +95,22 @@ func TestRunRedisTimeout(t *testing.T) {
 	assert.Equal(t, "someone-else", v, "the holder's key is untouched")
 }
 
+// TestRunRedisReplicasTimeout: with replicas=1 on a node that has no
+// replica, no grant is ever confirmed: run gives up at --timeout, says
+// why, and leaves no lock key behind.
+func TestRunRedisReplicasTimeout(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	r := runCLI(t, "run", "--dsn", "redis://"+s.Addr()+"?replicas=1", "--lock", "confirmed", "--timeout", "500ms", "--", "true")
+	assert.Equal(t, 1, r.code)
+	oneLineErr(t, r.stderr)
+	assert.Contains(t, r.stderr, "not acquired within")
+	assert.Contains(t, r.stderr, "replicas acknowledged", "the last attempt's reason")
+	n, err := s.Client(t).Exists(t.Context(), redisKey("confirmed")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "no unconfirmed grant left behind")
+}
+
 // TestRunRedlock: the child's exit code passes through, DLOCK_TOKEN is the
 // wire form with seq 0, and one warning line says so.
 func TestRunRedlock(t *testing.T) {

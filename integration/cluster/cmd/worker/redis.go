@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -32,6 +33,7 @@ var (
 	redisMasterName = flag.String("redis-master-name", "mymaster", "the master's name in the Sentinel group (-workload redis)")
 	sentinels       = flag.String("sentinels", "", "sentinels as host:port, comma-separated (-workload redis)")
 	redlockNodes    = flag.String("redlock", "", "Redlock nodes as host:port, comma-separated (-workload redlock)")
+	redisReplicas   = flag.Int("redis-replicas", 0, "replicas that must acknowledge a grant: the DSN's replicas= (-workload redis)")
 )
 
 // redisDSN returns the DSN of c's workload: redis+sentinel:// for "redis",
@@ -41,6 +43,9 @@ func redisDSN(c config) (string, error) {
 	switch {
 	case c.workload == "redis" && *sentinels != "":
 		q.Set("master_name", *redisMasterName)
+		if *redisReplicas > 0 {
+			q.Set("replicas", strconv.Itoa(*redisReplicas))
+		}
 		return "redis+sentinel://" + *sentinels + "?" + q.Encode(), nil
 	case c.workload == "redlock" && *redlockNodes != "":
 		return "redlock://" + *redlockNodes + "?" + q.Encode(), nil
