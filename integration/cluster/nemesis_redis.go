@@ -20,7 +20,9 @@ var RedisClasses = []string{
 	// worker is granted on the master (so its grant, and the INCR of its
 	// token, never reach the replica), the master is SIGKILLed and the
 	// sentinels promote the replica. Heal: the old master restarts empty;
-	// the sentinels make it a replica of the new one.
+	// the sentinels make it a replica of the new one. With RedisReplicas
+	// no grant can be confirmed after the cut: the master is killed 2 TTLs
+	// later, and the heal lasts until the old master is a linked replica.
 	"failover",
 	// restart-empty: a Redlock node is cut off from the workers while a
 	// redlock worker holds, until the holder's key there lapses (it holds
