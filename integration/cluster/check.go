@@ -30,8 +30,11 @@ type Span struct {
 	G        int
 	Tok      uint64 // the grant's token; 0 for Redlock (no token)
 	Mode     string // "x" (exclusive) or "s" (shared)
+	Via      string // how it was acquired: "try", "all" (LockAll) or "" (the blocking call)
+	Lease    int64  // the session's lease (etcd), when the worker knew it
 
-	Grant int64 // Grant.T: when Lock returned the grant (Unix ns)
+	Acquire int64 // Acquire.T: when Lock was called
+	Grant   int64 // Grant.T: when Lock returned the grant (Unix ns)
 
 	// The End event; all zero when the worker wrote none (it was killed,
 	// or the run stopped first).
@@ -107,9 +110,11 @@ func Spans(events []history.Event, runEnd int64) map[string][]Span {
 	granted := make(map[key]bool)
 	for _, e := range events {
 		switch e.Kind {
+		case history.Acquire:
+			get(e).Acquire = e.T
 		case history.Grant:
 			s := get(e)
-			s.Grant, s.Tok, s.Mode = e.T, e.Tok, e.Mode
+			s.Grant, s.Tok, s.Mode, s.Via, s.Lease = e.T, e.Tok, e.Mode, e.Via, e.Lease
 			granted[key{e.W, e.Workload, e.G}] = true
 		case history.End:
 			s := get(e)

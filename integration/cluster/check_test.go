@@ -86,7 +86,7 @@ func TestSpans(t *testing.T) {
 
 	assert.Equal(t, Span{
 		Key: "w1/mutex#1", W: 1, Workload: "mutex", G: 1, Tok: 2, Mode: "x",
-		Grant: at(10), End: at(100), How: "unlock", Released: at(110), ReleaseErr: "boom",
+		Acquire: at(0), Grant: at(10), End: at(100), How: "unlock", Released: at(110), ReleaseErr: "boom",
 		EffectiveEnd: at(100),
 	}, mutex[0])
 	assert.Equal(t, at(300), mutex[1].EffectiveEnd, "done without deadline: End.T")
@@ -701,4 +701,45 @@ func TestCheckViolationFormat(t *testing.T) {
 	v := Violation{Kind: KindDoneAfterSuccessor, Before: a, After: b}
 	assert.Regexp(t, violationLine, v.String())
 	assert.Equal(t, fmt.Sprintf("%s: %s, %s", "other", a, b), Violation{Kind: "other", Before: a, After: b}.String())
+}
+
+// The stale-leader evidence: only a first revoke proposed by a member that
+// had led an earlier term, and did not lead the revoke's term, excuses.
+func TestStaleRevokeEvidence(t *testing.T) {
+	ev := evidence{
+		revokes: map[int64]revoke{
+			1: {Index: 10, Term: 3, Lease: 1, From: 0xa}, // a led term 2, b leads 3: stale
+			2: {Index: 11, Term: 3, Lease: 2, From: 0xb}, // the leader's own expiry
+			3: {Index: 12, Term: 3, Lease: 3, From: 0xc}, // c never led: a client's Close through a follower
+			4: {Index: 13, Term: 9, Lease: 4, From: 0xa}, // term 9's leader unknown
+		},
+		leaders: map[uint64]uint16{2: 0xa, 3: 0xb},
+		led:     map[uint16][]uint64{0xa: {2}, 0xb: {3}},
+	}
+	assert.Contains(t, ev.staleRevoke(1), "by a request of member …000a, leader of term 2, while …000b led")
+	for _, lease := range []int64{0, 2, 3, 4, 5} {
+		assert.Empty(t, ev.staleRevoke(lease), "lease %d", lease)
+	}
+	// Only the last grant on the lease: the earlier ones ended before it.
+	spans := map[string][]Span{"mutex": {
+		{Key: "w1/mutex#1", Lease: 1, Grant: 10},
+		{Key: "w1/mutex#2", Lease: 1, Grant: 20},
+	}}
+	ex := exemptions{ev: ev, last: lastOnLease(spans)}
+	assert.Empty(t, ex.revoked(spans["mutex"][0]))
+	assert.Contains(t, ex.revoked(spans["mutex"][1]), "etcd revoke: lease 1 revoked at raft index 10")
+}
+
+// A pause excuses a violation only if the holder was stopped between its
+// acquire and the successor's grant.
+func TestPauseEvidence(t *testing.T) {
+	ex := exemptions{faults: []Fault{{N: 4, Class: "pause-use", Start: 100, Heal: 200, Workers: []int{7}}}}
+	v := func(w int, acquire, grant int64) Violation {
+		return Violation{Before: Span{W: w, Acquire: acquire, Grant: acquire + 1}, After: Span{W: 9, Grant: grant}}
+	}
+	assert.Contains(t, ex.of(v(7, 50, 150)), "paused: w7 stopped from")
+	assert.Contains(t, ex.of(v(7, 150, 300)), "paused", "stopped while it held")
+	assert.Empty(t, ex.of(v(7, 201, 300)), "stopped before its acquire")
+	assert.Empty(t, ex.of(v(7, 10, 99)), "the successor granted before the stop")
+	assert.Empty(t, ex.of(v(8, 50, 150)), "another worker was stopped")
 }

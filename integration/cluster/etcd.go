@@ -98,7 +98,7 @@ func StartEtcd(ctx context.Context, c EtcdConfig) (*Etcd, error) {
 			"--initial-cluster-token=dlock-cluster",
 			fmt.Sprintf("--heartbeat-interval=%d", c.Heartbeat), fmt.Sprintf("--election-timeout=%d", c.Election),
 			"--snapshot-count=200", "--snapshot-catchup-entries=50",
-			"--log-level=warn",
+			"--log-level=info", // raft's "elected leader X at term T": the evidence of a stale revoke (wal.go)
 		}, c.Extra...)
 		m.args = slices.DeleteFunc(m.args, func(a string) bool {
 			name, _, _ := strings.Cut(a, "=")

@@ -40,6 +40,11 @@ type Config struct {
 	Rounds        int    // grants per worker (0: until the end)
 	Permits       int    // the semaphore's permits; default 2
 	RedisReplicas int    // the redis workload's replicas that must acknowledge a grant (DSN replicas=); 0: none
+	// Try is the share of acquires made with TryLock, TryAcquire or
+	// TryRLock, and for the mutex another share with lock.LockAll over its
+	// name and a second one; default 1/4 (a mutex: 1/4 tries, 1/4 LockAll);
+	// negative: none.
+	Try float64
 }
 
 func (c *Config) defaults() {
@@ -60,6 +65,9 @@ func (c *Config) defaults() {
 	}
 	if c.Permits == 0 {
 		c.Permits = 2
+	}
+	if c.Try == 0 {
+		c.Try = 0.25
 	}
 }
 
@@ -254,6 +262,7 @@ func (h *Harness) launch(wl string, slot int, rate float64, m *Member, host *Hos
 		"-history", filepath.Join(h.Dir, "history", fmt.Sprintf("w%d.jsonl", id)),
 		"-seed", strconv.FormatInt(h.Cfg.Seed*1000+int64(id), 10),
 		"-permits", strconv.Itoa(h.Cfg.Permits), "-hold", h.Cfg.Hold.String(), "-rounds", strconv.Itoa(h.Cfg.Rounds),
+		"-try", strconv.FormatFloat(max(h.Cfg.Try, 0), 'f', -1, 64),
 	}, extra...)
 	if h.Cfg.WorkerPlant != "" {
 		args = append(args, "-plant", h.Cfg.WorkerPlant)

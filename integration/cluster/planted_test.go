@@ -48,6 +48,12 @@ func TestPlanted(t *testing.T) {
 		cfg:    Config{Plant: "unguarded-release", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"semaphore"}},
 		expect: "Done after a successor's grant",
 	}, {
+		// A TryAcquire that counts one permit too many: a third holder of
+		// two permits, while both others act. Every acquire is a try.
+		name:   "try-overgrant",
+		cfg:    Config{Plant: "try-overgrant", Try: 1, Faults: 1, Classes: []string{"compact"}, Workloads: []string{"semaphore"}},
+		expect: "Done after a successor's grant",
+	}, {
 		name:   "first-token",
 		cfg:    Config{WorkerPlant: "first-token", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 		expect: "token regression",

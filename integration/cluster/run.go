@@ -25,6 +25,7 @@ type Report struct {
 	ByClass  []Row    // the same figures per backend and fault class
 	Failures []string // each a checker's verdict; empty: the run passed
 	Notes    []string // observations that are not failures
+	Exempted []string // every excused violation, with its evidence
 }
 
 // Row is one workload's line of the table.
@@ -213,12 +214,19 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 			rep.Failures = append(rep.Failures, fmt.Sprintf("fault %d %s: %s", f.N, f.Class, f.Err))
 		}
 	}
-	ex := exemptions{faults: rep.Faults, ttl: cfg.TTL, slow: map[int]bool{}}
+	ex := exemptions{faults: rep.Faults, slow: map[int]bool{}}
+	if !measured {
+		ex.ev = readEvidence(filepath.Join(rep.Dir, "etcd"))
+		if ex.ev.err != nil {
+			rep.Notes = append(rep.Notes, "evidence: "+ex.ev.err.Error())
+		}
+	}
 	for _, id := range slowClocks {
 		ex.slow[id] = true
 	}
 	classes := newByClass(rep.Faults)
 	spans := Spans(events, end)
+	ex.last = lastOnLease(spans)
 	doubles := DoubleGrants(records)
 	stale := StaleAdmitted(records)
 	bound := cfg.RecoveryBound()
@@ -237,6 +245,9 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 			}
 		}
 		row := Row{Workload: wl, Grants: len(judged)}
+		if via := grantsBy(judged); len(via) > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: of %d grants, %s", wl, len(judged), via))
+		}
 		for _, r := range doubles {
 			if r.Lock == lock {
 				row.Double++
@@ -282,8 +293,10 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 			// excuses do not fill the capacity by themselves.
 			var fair []Violation
 			for _, v := range group {
-				if ex.of(v) == "" {
+				if why := ex.of(v); why == "" {
 					fair = append(fair, v)
+				} else {
+					rep.Exempted = append(rep.Exempted, fmt.Sprintf("%s: %s — %s", wl, v, why))
 				}
 			}
 			capacity := 1
@@ -307,16 +320,26 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 		verdict(listed(wl+": Done after a successor's grant", counted)...)
 		var fair []Span
 		for _, s := range judged {
-			if !ex.span(s) {
+			if ex.span(s) == "" {
 				fair = append(fair, s)
 			}
 		}
 		var regs []string
+		regressed := map[string]bool{}
 		for _, v := range TokenRegressions(wl, fair) {
 			regs = append(regs, v.String())
+			regressed[v.After.Key] = true
 			at(v.After.Grant).Regressions++
 		}
 		row.Regressions = len(regs)
+		// The regressions the excused grants make, listed with why.
+		for _, v := range TokenRegressions(wl, judged) {
+			if regressed[v.After.Key] {
+				continue
+			}
+			why := cmp.Or(ex.span(v.Before), ex.span(v.After), "an excused grant between them")
+			rep.Exempted = append(rep.Exempted, fmt.Sprintf("%s: %s — %s", wl, v, why))
+		}
 		verdict(listed(wl, regs)...)
 		for _, a := range acquires(events, wl, end) {
 			row.Acquire = append(row.Acquire, a.took)
@@ -338,6 +361,22 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 	}
 	rep.ByClass = classes.rows
 	return nil
+}
+
+// grantsBy says how many of spans were acquired by a try and by LockAll
+// ("" if none was).
+func grantsBy(spans []Span) string {
+	n := map[string]int{}
+	for _, s := range spans {
+		n[s.Via]++
+	}
+	var out []string
+	for _, v := range []string{"try", "all"} {
+		if n[v] > 0 {
+			out = append(out, fmt.Sprintf("%d by %s", n[v], map[string]string{"try": "a try", "all": "LockAll"}[v]))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // redis tells whether the run is a Redis run.
@@ -462,7 +501,9 @@ func acquires(events []history.Event, wl string, end int64) []acquire {
 		}
 		switch e.Kind {
 		case history.Acquire:
-			start[[2]int{e.W, e.G}] = e.T
+			if e.Via != "try" { // a try does not wait: its time is no acquire latency
+				start[[2]int{e.W, e.G}] = e.T
+			}
 		case history.Grant:
 			if t, ok := start[[2]int{e.W, e.G}]; ok {
 				out = append(out, acquire{granted: e.T, took: time.Duration(e.T - t)})
@@ -472,58 +513,83 @@ func acquires(events []history.Event, wl string, end int64) []acquire {
 	return out
 }
 
-// exemptions says which violations a fault excuses: the lock cannot keep a
-// holder from acting while its process is stopped or its clock is slow
-// (the token must save the resource then), nor when etcd itself revokes a
-// live lease (a leader resumed after a pause longer than the TTL).
+// exemptions says which violations a fault excuses, by evidence: the
+// lock cannot keep a holder from acting while its process is stopped or
+// its clock is slow (the token must save the resource then), nor when etcd
+// itself revokes a live lease (a leader resumed after a pause longer than
+// the TTL, whose lessor still believes it leads).
 type exemptions struct {
 	faults []Fault
-	ttl    time.Duration
 	slow   map[int]bool
+	ev     evidence
+	last   map[int64]string // per lease, the key of the last span granted on it
 }
 
-// of returns why v is excused, or "".
-func (ex exemptions) of(v Violation) string {
-	if ex.slow[v.Before.W] {
-		return "slow clock"
+// lastOnLease maps each lease to the key of the last span granted on it.
+func lastOnLease(spans map[string][]Span) map[int64]string {
+	last := map[int64]Span{}
+	for _, ss := range spans {
+		for _, s := range ss {
+			if l, ok := last[s.Lease]; s.Lease != 0 && (!ok || s.Grant > l.Grant) {
+				last[s.Lease] = s
+			}
+		}
 	}
+	out := make(map[int64]string, len(last))
+	for l, s := range last {
+		out[l] = s.Key
+	}
+	return out
+}
+
+// revoked returns the evidence that etcd's stale-leader revoke ended s:
+// a deposed leader revoked its lease, and s is the last grant on that
+// lease (the earlier ones ended before the revoke, which ended the
+// session); "" if there is none.
+func (ex exemptions) revoked(s Span) string {
+	if s.Lease == 0 || ex.last[s.Lease] != s.Key {
+		return ""
+	}
+	if why := ex.ev.staleRevoke(s.Lease); why != "" {
+		return "etcd revoke: " + why
+	}
+	return ""
+}
+
+// of returns why v is excused, with the evidence, or "".
+func (ex exemptions) of(v Violation) string {
+	b := v.Before
+	if ex.slow[b.W] {
+		return fmt.Sprintf("slow clock: w%d ran its deadlines at half speed", b.W)
+	}
+	if why := ex.stopped(b.W, b.Acquire, v.After.Grant); why != "" {
+		return why
+	}
+	return ex.revoked(b)
+}
+
+// stopped returns the evidence that worker w was stopped (SIGSTOP, then
+// SIGCONT) at some moment of [from, to], or "".
+func (ex exemptions) stopped(w int, from, to int64) string {
 	for _, f := range ex.faults {
-		switch {
-		case strings.HasPrefix(f.Class, "pause-") && slices.Contains(f.Workers, v.Before.W) &&
-			f.Start < v.After.Grant && f.Heal > v.Before.Grant-int64(time.Second):
-			return "paused"
-		case f.Class == "stale-leader" && v.After.Grant >= f.Heal && v.After.Grant <= f.Heal+int64(revokeWindow(ex.ttl)):
-			return "etcd revoke"
+		if strings.HasPrefix(f.Class, "pause-") && slices.Contains(f.Workers, w) && f.Start <= to && f.Heal >= from {
+			return fmt.Sprintf("paused: w%d stopped from %s to %s (fault %d %s)", w, clock(f.Start), clock(f.Heal), f.N, f.Class)
 		}
 	}
 	return ""
 }
 
-// revokeWindow is how long after a stale leader resumes its revokes can
-// still take live leases: it proposes them at once (SIGCONT), and each
-// proposal may wait etcd's request timeout (5 s + 2 election timeouts:
-// 7 s here; a soak saw "failed to revoke lease ... request timed out" 7 s
-// after the heal, with some of them applied), and the next waiter is
-// granted within a TTL of the revoke.
-func revokeWindow(ttl time.Duration) time.Duration { return 7*time.Second + ttl }
-
-// span tells whether a fault excuses span s from the token order: its
-// worker was paused or on a slow clock during it, or etcd revoked leases
-// (stale-leader) while it lasted.
-func (ex exemptions) span(s Span) bool {
+// span returns why span s is excused from the token order, or "": its
+// worker was on a slow clock, or stopped between its acquire and its end
+// (a grant stamped late), or etcd's stale-leader revoke took its lease.
+func (ex exemptions) span(s Span) string {
 	if ex.slow[s.W] {
-		return true
+		return "slow clock"
 	}
-	for _, f := range ex.faults {
-		switch {
-		case f.Class == "stale-leader" && f.Heal <= s.EffectiveEnd+int64(time.Second) && s.Grant <= f.Heal+int64(revokeWindow(ex.ttl)):
-			return true
-		case strings.HasPrefix(f.Class, "pause-") && slices.Contains(f.Workers, s.W) &&
-			f.Start <= s.EffectiveEnd+int64(time.Second) && s.Grant <= f.Heal+int64(2*ex.ttl):
-			return true
-		}
+	if why := ex.stopped(s.W, s.Acquire, s.EffectiveEnd); why != "" {
+		return why
 	}
-	return false
+	return ex.revoked(s)
 }
 
 func clock(ns int64) string { return history.Time(ns).Format("15:04:05.000") }
@@ -575,6 +641,12 @@ func (rep *Report) String() string {
 	}
 	for _, n := range rep.Notes {
 		b.WriteString("note: " + n + "\n")
+	}
+	if len(rep.Exempted) > 0 {
+		fmt.Fprintf(&b, "\nexempted (%d), each with its evidence:\n", len(rep.Exempted))
+		for _, e := range rep.Exempted {
+			b.WriteString("  " + e + "\n")
+		}
 	}
 	return b.String()
 }

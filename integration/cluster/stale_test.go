@@ -127,8 +127,8 @@ func serverTook(t *testing.T, rep *Report, cfg Config) took {
 	}
 	out.grants = len(lost)
 	cfg.defaults()
-	ex := exemptions{faults: rep.Faults, ttl: cfg.TTL, slow: map[int]bool{}}
 	spans := Spans(events, e.End)
+	ex := exemptions{faults: rep.Faults, slow: map[int]bool{}, ev: readEvidence(filepath.Join(rep.Dir, "etcd")), last: lastOnLease(spans)}
 	for _, wl := range cfg.Workloads {
 		var judged []Span
 		for _, s := range spans[wl] {
@@ -137,13 +137,14 @@ func serverTook(t *testing.T, rep *Report, cfg Config) took {
 			}
 		}
 		for _, v := range DoneAfterSuccessor(wl, judged, cfg.Permits) {
-			if ex.of(v) != "etcd revoke" {
+			why := ex.of(v)
+			if !strings.HasPrefix(why, "etcd revoke") {
 				continue
 			}
 			out.exempt++
 			if len(out.examples) < 6 {
-				out.examples = append(out.examples, fmt.Sprintf("%s (overlap %v; the holder's grant ended %s)",
-					v, v.Overlap.Round(time.Millisecond), ended(v.Before)))
+				out.examples = append(out.examples, fmt.Sprintf("%s (overlap %v; the holder's grant ended %s; %s)",
+					v, v.Overlap.Round(time.Millisecond), ended(v.Before), why))
 			}
 		}
 	}

@@ -30,7 +30,8 @@
 //     reports the end, with its local deadline in real wall-clock time
 //     (Wall), so that another process can compare it with its own clock.
 //   - The plants. DLOCK_PLANT is a comma-separated list of the bugs to
-//     plant (read once at start-up): LateDone, SkipCheck, UnguardedRelease.
+//     plant (read once at start-up): LateDone, SkipCheck, UnguardedRelease,
+//     TryOvergrant.
 //     Each constant's doc says what it breaks.
 //
 // # Hooks in protocol code
@@ -46,6 +47,9 @@
 //   - UnguardedRelease: internal/queue's leave (hold.go) returns
 //     removeHead (internal/queue/plant.go, built with the tag only) if
 //     Planted(UnguardedRelease).
+//   - TryOvergrant: internal/queue's Queue.Acquire grants a try acquire
+//     of a Shared rule at once when overgrant (plant.go) says it finds
+//     exactly its permits held, if Planted(TryOvergrant).
 //
 // Without the tag each hook is a constant the compiler folds away: the
 // functions they sit in compile to the same instructions as without them.

@@ -30,4 +30,12 @@ const (
 	// deletes its successor's, whose holder goes on acting while the next
 	// waiter is granted.
 	UnguardedRelease = "unguarded-release"
+	// TryOvergrant makes a semaphore's TryAcquire count one permit too
+	// many: an acquire that finds exactly its permits held takes itself
+	// for granted instead of failing with ErrLocked. The blocking Acquire
+	// is unchanged.
+	TryOvergrant = "try-overgrant"
 )
+
+// Plants lists every plant.
+var Plants = []string{LateDone, SkipCheck, UnguardedRelease, TryOvergrant}

@@ -16,7 +16,7 @@ import (
 // hook is never called.
 func TestOff(t *testing.T) {
 	assert.False(t, fault.Enabled)
-	for _, p := range []string{fault.LateDone, fault.SkipCheck, fault.UnguardedRelease} {
+	for _, p := range fault.Plants {
 		assert.False(t, fault.Planted(p), p)
 	}
 	now := time.Now()

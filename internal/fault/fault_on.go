@@ -65,10 +65,10 @@ func load() (*config, error) {
 		p = strings.TrimSpace(p)
 		switch {
 		case p == "":
-		case slices.Contains([]string{LateDone, SkipCheck, UnguardedRelease}, p):
+		case slices.Contains(Plants, p):
 			c.plants[p] = true
 		default:
-			errs = append(errs, fmt.Errorf("fault: %s: unknown plant %q (want %s, %s or %s)", PlantEnv, p, LateDone, SkipCheck, UnguardedRelease))
+			errs = append(errs, fmt.Errorf("fault: %s: unknown plant %q (want one of %s)", PlantEnv, p, strings.Join(Plants, ", ")))
 		}
 	}
 	return c, errors.Join(errs...)

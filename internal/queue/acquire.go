@@ -46,10 +46,11 @@ func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*
 	// refused it already; without one, Shared's, it is judged here).
 	t := en.t
 	err = q.rule.admit(en.reads)
-	if err == nil && try && t.queued {
+	over := try && fault.Planted(fault.TryOvergrant) && q.overgrant(t) // the plant TryOvergrant: one permit too many
+	if err == nil && try && t.queued && !over {
 		err = ErrOccupied
 	}
-	if err == nil && !fault.Planted(fault.SkipCheck) { // the plant SkipCheck: granted without waiting
+	if err == nil && !over && !fault.Planted(fault.SkipCheck) { // the plant SkipCheck: granted without waiting
 		err = q.rule.wait(bctx, q, t.entry, en.reads)
 	}
 	if err != nil { // the one place that abandons an entry

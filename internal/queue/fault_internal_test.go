@@ -101,3 +101,29 @@ func TestFaultUnguardedRelease(t *testing.T) {
 		assert.Greater(t, hc.Rev(), hb.Rev())
 	})
 }
+
+// Under the plant try-overgrant a semaphore's TryAcquire that finds all
+// its permits held is granted anyway: three holders of two permits. The
+// control refuses it; a try that finds more than its permits held is
+// refused even planted (one too many, not any number).
+func TestFaultTryOvergrant(t *testing.T) {
+	cli := etcdtest.New(t).Client(t)
+	ctx := etcdtest.Context(t)
+	q := New(cli, "overgrant", "sem", Shared(2))
+	for _, v := range []string{"a", "b"} {
+		_, err := q.Acquire(ctx, etcdtest.Session(t, cli), v, false)
+		require.NoError(t, err)
+	}
+	_, err := q.Acquire(ctx, etcdtest.Session(t, cli), "c", true)
+	require.ErrorIs(t, err, ErrOccupied, "the control refuses the third")
+	assert.Equal(t, int64(2), etcdtest.KeyCount(t, cli, q.Prefix()), "and leaves no key")
+
+	faulttest.Set(t, "", fault.TryOvergrant)
+	hc, err := q.Acquire(ctx, etcdtest.Session(t, cli), "c", true)
+	require.NoError(t, err, "planted, the third is granted")
+	assert.NoError(t, hc.Err())
+	assert.Equal(t, int64(2), hc.Ahead(), "with both permits held before it")
+	_, err = q.Acquire(ctx, etcdtest.Session(t, cli), "d", true)
+	require.ErrorIs(t, err, ErrOccupied, "a fourth is refused")
+	assert.Equal(t, int64(3), etcdtest.KeyCount(t, cli, q.Prefix()))
+}

@@ -29,3 +29,11 @@ func (q *Queue) removeHead(ctx context.Context, t ticket) (bool, error) {
 	t.st.release(t.slot)
 	return deleted, nil
 }
+
+// overgrant is the plant fault.TryOvergrant's count: a Shared rule's entry
+// that found exactly its permits held before it takes itself for granted
+// (one permit too many).
+func (q *Queue) overgrant(t ticket) bool {
+	r, ok := q.rule.(shared)
+	return ok && t.ahead == int64(r.n)
+}

@@ -15,3 +15,9 @@ import (
 func (q *Queue) removeHead(context.Context, ticket) (bool, error) {
 	panic("queue: the plant " + fault.UnguardedRelease + " in a build without the tag dlock_faults")
 }
+
+// overgrant is the plant fault.TryOvergrant's count (plant.go); see
+// removeHead.
+func (q *Queue) overgrant(ticket) bool {
+	panic("queue: the plant " + fault.TryOvergrant + " in a build without the tag dlock_faults")
+}

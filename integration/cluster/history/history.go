@@ -61,6 +61,8 @@ type Event struct {
 	Tok      uint64 `json:"tok,omitempty"` // fencing token (Seq); 0 for Redlock
 	Mode     string `json:"mode,omitempty"`
 	Err      string `json:"err,omitempty"`
+	Via      string `json:"via,omitempty"`   // acquire and grant: "try" (TryLock, TryAcquire, TryRLock), "all" (lock.LockAll), "" (Lock, Acquire, RLock, Campaign)
+	Lease    int64  `json:"lease,omitempty"` // grant: the session's lease
 
 	// Op fields.
 	Reg    string `json:"reg,omitempty"`

@@ -70,6 +70,7 @@ type config struct {
 	permits   int
 	rounds    int
 	plant     string
+	try       float64 // the share of acquires by TryLock (TryAcquire, TryRLock), and for the mutex by LockAll
 }
 
 // The harness plants.
@@ -94,6 +95,7 @@ func main() {
 	flag.IntVar(&c.permits, "permits", 2, "semaphore permits")
 	flag.IntVar(&c.rounds, "rounds", 0, "stop after this many grants (0: until SIGTERM)")
 	flag.StringVar(&c.plant, "plant", "", "harness plant: first-token, hold-forever or leak-key")
+	flag.Float64Var(&c.try, "try", 0, "share of acquires made with TryLock/TryAcquire/TryRLock (and, for the mutex, another share with lock.LockAll over it and a second name)")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix(fmt.Sprintf("worker w%d: ", c.id))
@@ -124,6 +126,8 @@ func (c *config) validate() error {
 		return errors.New("-history is required")
 	case c.ttl <= 0 || c.hold < 0:
 		return fmt.Errorf("-ttl %v, -hold %v: want a positive TTL and a hold >= 0", c.ttl, c.hold)
+	case c.try < 0 || c.try > 1 || c.workload == "mutex" && c.try > 0.5:
+		return fmt.Errorf("-try %v: want a share in [0, 1] (at most 0.5 for the mutex: as much again goes to LockAll)", c.try)
 	case c.permits < 1 || c.rounds < 0:
 		return fmt.Errorf("-permits %d, -rounds %d: want permits >= 1, rounds >= 0", c.permits, c.rounds)
 	case c.plant != "" && c.plant != plantFirstToken && c.plant != plantHoldForever && c.plant != plantLeakKey:

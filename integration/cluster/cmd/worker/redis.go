@@ -141,9 +141,14 @@ func openRedis(stop context.Context, cfg dlock.Config) (*dlock.Client, error) {
 // (How "done") already ended it.
 func (w *worker) runRedis(stop context.Context, l lock.Locker) error {
 	for w.more(stop) {
-		g := w.acquire("x")
+		via := w.via()
+		g := w.acquire("x", via)
 		ctx, cancel := context.WithTimeout(stop, 4*w.cfg.ttl)
-		held, err := l.Lock(ctx)
+		acq := l.Lock
+		if via == "try" {
+			acq = l.TryLock
+		}
+		held, err := acq(ctx)
 		granted := history.Now() // right after Lock returns
 		cancel()
 		if err != nil {
@@ -158,7 +163,7 @@ func (w *worker) runRedis(stop context.Context, l lock.Locker) error {
 		if w.cfg.plant == plantHoldForever && w.grants == 0 {
 			hold = -1
 		}
-		lost, noticed := w.use(stop, g, h, "x", granted, hold)
+		lost, noticed := w.use(stop, g, h, "x", via, 0, granted, hold)
 		if lost {
 			w.lost(g, h, noticed, validityEnd(h, noticed), true)
 		} else {

@@ -64,18 +64,34 @@ func (w *worker) more(stop context.Context) bool {
 }
 
 // acquire starts grant number g: the phase line and Event acquire.
-func (w *worker) acquire(mode string) int {
+func (w *worker) acquire(mode, via string) int {
 	w.g++
 	w.phase("acquire", w.g)
-	w.emit(history.Event{G: w.g, Kind: history.Acquire, T: history.Now(), Mode: mode})
+	w.emit(history.Event{G: w.g, Kind: history.Acquire, T: history.Now(), Mode: mode, Via: via})
 	return w.g
+}
+
+// via draws how the next acquire is made: "try" with probability -try,
+// for the mutex "all" (LockAll) with the same probability, else "" (the
+// blocking call).
+func (w *worker) via() string {
+	r := w.rng.Float64()
+	switch {
+	case r < w.cfg.try:
+		return "try"
+	case w.cfg.workload == "mutex" && r < 2*w.cfg.try:
+		return "all"
+	}
+	return ""
 }
 
 // failed records a failed acquire of g. It reports whether err is fatal
 // (a bad name, option or permits: no retry can succeed).
 func (w *worker) failed(g int, err error) (fatal bool) {
 	w.emit(history.Event{G: g, Kind: history.Fail, T: history.Now(), Err: err.Error()})
-	log.Printf("g%d: acquire: %v", g, err)
+	if !errors.Is(err, lock.ErrLocked) { // a refused try is no news
+		log.Printf("g%d: acquire: %v", g, err)
+	}
 	return errors.Is(err, lock.ErrInvalidName) || errors.Is(err, lock.ErrInvalidOption) ||
 		errors.Is(err, lock.ErrPermitsMismatch) || errors.Is(err, session.ErrInvalidOption)
 }
@@ -116,7 +132,7 @@ func errString(err error) string {
 // when it ends, the next acquire opens a new one.
 func (w *worker) runLocks(stop context.Context) error {
 	var s *session.Session
-	var locker func(mode string) func(context.Context) (lock.Held, error)
+	var locker func(mode, via string) acquireFunc
 	defer func() {
 		if s != nil {
 			w.closeSession(s)
@@ -143,9 +159,10 @@ func (w *worker) runLocks(stop context.Context) error {
 		case w.cfg.workload == "rwmutex" && w.rng.IntN(3) != 0: // a writer with probability 1/3
 			mode = "s"
 		}
-		g := w.acquire(mode)
+		via := w.via()
+		g := w.acquire(mode, via)
 		ctx, cancel := context.WithTimeout(stop, 4*w.cfg.ttl)
-		h, err := locker(mode)(ctx)
+		h, err := locker(mode, via)(ctx)
 		granted := history.Now() // right after Lock returns
 		cancel()
 		if err != nil {
@@ -160,10 +177,13 @@ func (w *worker) runLocks(stop context.Context) error {
 		if w.cfg.plant == plantHoldForever && w.grants == 0 {
 			hold = -1
 		}
-		lost, noticed := w.use(stop, g, h, mode, granted, hold)
+		lost, noticed := w.use(stop, g, h, mode, via, lease, granted, hold)
 		if lost {
 			dl, ok := w.ends.deadline(lease, h.Err())
 			w.lost(g, h, noticed, dl, ok)
+			if all, ok := h.(*heldAll); ok {
+				all.drop() // the grant of the other name may live on: free it
+			}
 			continue
 		}
 		w.releasing(g)
@@ -178,33 +198,133 @@ func (w *worker) runLocks(stop context.Context) error {
 	return nil
 }
 
-// locker returns the acquire of the workload's lock on s, by mode.
-func (w *worker) locker(s *session.Session) (func(mode string) func(context.Context) (lock.Held, error), error) {
+// acquireFunc takes a lock, as Lock does.
+type acquireFunc func(context.Context) (held, error)
+
+// held is what the worker uses of a grant it releases.
+type held interface {
+	grant
+	Unlock(context.Context) error
+}
+
+// one adapts a Locker's acquire to an acquireFunc.
+func one(f func(context.Context) (lock.Held, error)) acquireFunc {
+	return func(ctx context.Context) (held, error) {
+		h, err := f(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return h, nil
+	}
+}
+
+// locker returns the acquire of the workload's lock on s, by mode and by
+// how (via: "", "try", "all").
+func (w *worker) locker(s *session.Session) (func(mode, via string) acquireFunc, error) {
 	switch w.cfg.workload {
 	case "mutex":
 		m, err := lock.New(s, w.cfg.lock)
 		if err != nil {
 			return nil, err
 		}
-		return func(string) func(context.Context) (lock.Held, error) { return m.Lock }, nil
+		// The second name, taken with the first by LockAll only.
+		m2, err := lock.New(s, w.cfg.lock+"-all")
+		if err != nil {
+			return nil, err
+		}
+		return func(_, via string) acquireFunc {
+			switch via {
+			case "try":
+				return one(m.TryLock)
+			case "all":
+				return func(ctx context.Context) (held, error) {
+					hs, err := lock.LockAll(ctx, m2, m) // the order LockAll takes them in is its own
+					if err != nil {
+						return nil, err
+					}
+					return newHeldAll(hs[1], hs[0]), nil
+				}
+			}
+			return one(m.Lock)
+		}, nil
 	case "semaphore":
 		sem, err := lock.NewSemaphore(s, w.cfg.lock, w.cfg.permits)
 		if err != nil {
 			return nil, err
 		}
-		return func(string) func(context.Context) (lock.Held, error) { return sem.Acquire }, nil
+		return func(_, via string) acquireFunc {
+			if via == "try" {
+				return one(sem.TryAcquire)
+			}
+			return one(sem.Acquire)
+		}, nil
 	default: // rwmutex
 		rw, err := lock.NewRWMutex(s, w.cfg.lock)
 		if err != nil {
 			return nil, err
 		}
-		return func(mode string) func(context.Context) (lock.Held, error) {
-			if mode == "x" {
-				return rw.Lock
+		return func(mode, via string) acquireFunc {
+			switch {
+			case mode == "x" && via == "try":
+				return one(rw.TryLock)
+			case mode == "x":
+				return one(rw.Lock)
+			case via == "try":
+				return one(rw.TryRLock)
 			}
-			return rw.RLock
+			return one(rw.RLock)
 		}, nil
 	}
+}
+
+// heldAll is LockAll's pair of grants as one: the first's token (the
+// workload's lock, whose register the worker writes), Done when either
+// grant's Done closes, and an Unlock of both.
+type heldAll struct {
+	first, other lock.Held
+	done         chan struct{}
+	stop         chan struct{}
+	exited       chan struct{}
+}
+
+func newHeldAll(first, other lock.Held) *heldAll {
+	a := &heldAll{first: first, other: other, done: make(chan struct{}), stop: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		defer close(a.exited)
+		select {
+		case <-first.Done():
+		case <-other.Done():
+		case <-a.stop:
+			return
+		}
+		close(a.done)
+	}()
+	return a
+}
+
+func (a *heldAll) Token() fence.Token    { return a.first.Token() }
+func (a *heldAll) Done() <-chan struct{} { return a.done }
+
+// Err is the first grant's error, else the other's.
+func (a *heldAll) Err() error {
+	if err := a.first.Err(); err != nil {
+		return err
+	}
+	return a.other.Err()
+}
+
+// Unlock releases both grants and stops the Done watcher.
+func (a *heldAll) Unlock(ctx context.Context) error {
+	close(a.stop)
+	<-a.exited
+	return errors.Join(a.first.Unlock(ctx), a.other.Unlock(ctx))
+}
+
+// drop releases a lost pair (errors ignored: one of them is gone).
+func (a *heldAll) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = a.Unlock(ctx)
 }
 
 // openSession opens a session, retrying every 200ms until stop ends (then
@@ -265,7 +385,7 @@ func isClosed(c <-chan struct{}) bool {
 // returned), prints "PHASE use", and runs rounds of operations until hold
 // elapses (never if hold < 0), stop ends, or the grant's Done closes. It
 // reports whether Done was closed at the end, and when the worker noticed.
-func (w *worker) use(stop context.Context, g int, h grant, mode string, granted int64, hold time.Duration) (lost bool, noticed int64) {
+func (w *worker) use(stop context.Context, g int, h grant, mode, via string, lease, granted int64, hold time.Duration) (lost bool, noticed int64) {
 	tok := h.Token().Seq
 	w.grants++
 	if w.grants == 1 {
@@ -276,7 +396,7 @@ func (w *worker) use(stop context.Context, g int, h grant, mode string, granted 
 		// grant's record and every operation carry the first token.
 		tok = w.first
 	}
-	w.emit(history.Event{G: g, Kind: history.Grant, T: granted, Tok: tok, Mode: mode})
+	w.emit(history.Event{G: g, Kind: history.Grant, T: granted, Tok: tok, Mode: mode, Via: via, Lease: lease})
 	w.phase("use", g)
 	var elapsed <-chan time.Time // the hold's end, to wake the wait between rounds
 	end := time.Now().Add(hold)
@@ -346,7 +466,7 @@ var errEnough = errors.New("worker: no more grants")
 // cancelled).
 func (w *worker) runElection(stop context.Context) error {
 	for w.more(stop) {
-		g := w.acquire("x")
+		g := w.acquire("x", "")
 		ctx, cancel := context.WithCancelCause(stop)
 		timer := time.AfterFunc(4*w.cfg.ttl, func() { cancel(errCampaignTimeout) })
 		open, released := true, false // an acquire without outcome; a grant awaiting its release
@@ -370,7 +490,7 @@ func (w *worker) runElection(stop context.Context) error {
 				}
 				// lctx ends when the term's Done closes (after it) or
 				// when ctx does (SIGTERM): the hold's stop.
-				lost, noticed := w.use(lctx, g, t, "x", granted, hold)
+				lost, noticed := w.use(lctx, g, t, "x", "", w.termLease(t), granted, hold)
 				if !lost {
 					w.releasing(g)
 					released = true
@@ -382,7 +502,7 @@ func (w *worker) runElection(stop context.Context) error {
 					cancel(errEnough)
 					return nil
 				}
-				g = w.acquire("x") // Run campaigns again after RetryPeriod
+				g = w.acquire("x", "") // Run campaigns again after RetryPeriod
 				open = true
 				timer = time.AfterFunc(4*w.cfg.ttl, func() { cancel(errCampaignTimeout) })
 				return nil
@@ -410,4 +530,24 @@ func (w *worker) runElection(stop context.Context) error {
 		}
 	}
 	return nil
+}
+
+// termLease returns the lease of the term's key, for the checker's
+// evidence (a Term does not show its session): a serializable read of the
+// election's keys at the term's epoch, on the worker's own member; 0 if it
+// fails within a second.
+func (w *worker) termLease(t *election.Term) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rev := int64(t.Epoch())
+	resp, err := w.cli.Get(ctx, election.DefaultPrefix+"/"+w.cfg.lock+"/", clientv3.WithPrefix(), clientv3.WithSerializable(),
+		clientv3.WithRev(rev), clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
+	if err == nil && len(resp.Kvs) != 1 {
+		err = fmt.Errorf("%d keys created at revision %d", len(resp.Kvs), rev)
+	}
+	if err != nil {
+		log.Printf("the term's lease: %v", err)
+		return 0
+	}
+	return resp.Kvs[0].Lease
 }
