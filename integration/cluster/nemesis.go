@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -459,8 +460,29 @@ func (n *nemesis) caughtUp(ctx context.Context, m *Member, limit time.Duration) 
 	if err != nil {
 		return "", err
 	}
+	// m's own client, made again after each failure: a client's
+	// connection to a member that was down retries with a backoff (1 s
+	// and more) that would count as catch-up time.
+	var mcli *clientv3.Client
+	defer func() {
+		if mcli != nil {
+			mcli.Close()
+		}
+	}()
 	for {
-		st, err := cli.Status(cctx, m.Endpoint())
+		if mcli == nil {
+			mcli, err = clientv3.New(clientv3.Config{Endpoints: []string{m.Endpoint()}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		}
+		var st *clientv3.StatusResponse
+		if err == nil {
+			sctx, scancel := context.WithTimeout(cctx, time.Second)
+			st, err = mcli.Status(sctx, m.Endpoint())
+			scancel()
+			if err != nil {
+				mcli.Close()
+				mcli = nil
+			}
+		}
 		if err == nil && st.Header.Revision >= resp.Header.Revision {
 			return fmt.Sprintf("caught up to revision %d in %v", st.Header.Revision, time.Since(start).Round(time.Millisecond)), nil
 		}
@@ -474,26 +496,41 @@ func (n *nemesis) caughtUp(ctx context.Context, m *Member, limit time.Duration) 
 
 // leaders says which leader each member reports now, and in which term:
 // "m0:m2/7 m1:m2/7 m2:m2/7" ("m1:-" for a member that did not answer
-// within 500 ms, "?" for a leader not among the members).
+// within 500 ms, "none" for no leader, "?" for one not identified).
 func (n *nemesis) leaders(ctx context.Context) string {
 	cli, err := n.h.Etcd.Client()
 	if err != nil {
 		return err.Error()
 	}
 	defer cli.Close()
-	ids := n.ids(ctx, cli)
-	var out []string
+	// Each member's ID from its own status; the member list (which a
+	// stalled member may keep from answering) only for the silent ones.
+	ids := map[uint64]*Member{}
+	sts := map[*Member]*clientv3.StatusResponse{}
 	for _, m := range n.h.Etcd.Members {
 		sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		st, err := cli.Status(sctx, m.Endpoint())
 		cancel()
-		if err != nil {
+		if err == nil {
+			sts[m] = st
+			ids[st.Header.MemberId] = m
+		}
+	}
+	if len(sts) < len(n.h.Etcd.Members) {
+		maps.Copy(ids, n.ids(ctx, cli))
+	}
+	var out []string
+	for _, m := range n.h.Etcd.Members {
+		st := sts[m]
+		if st == nil {
 			out = append(out, m.Name+":-")
 			continue
 		}
 		name := "?"
 		if lm := ids[st.Leader]; lm != nil {
 			name = lm.Name
+		} else if st.Leader == 0 {
+			name = "none"
 		}
 		out = append(out, fmt.Sprintf("%s:%s/%d", m.Name, name, st.RaftTerm))
 	}
