@@ -131,7 +131,11 @@ func TestSoak(t *testing.T) {
 	if s := os.Getenv("DLOCK_SOAK_WORKERS"); s != "" {
 		per, _ = strconv.Atoi(s)
 	}
-	rep := runCluster(t, ctx, Config{Seed: seed(t, 20261206), Duration: d, Lossy: true, PerWorkload: per})
+	members := 3
+	if s := os.Getenv("DLOCK_SOAK_MEMBERS"); s != "" {
+		members, _ = strconv.Atoi(s)
+	}
+	rep := runCluster(t, ctx, Config{Seed: seed(t, 20261206), Duration: d, Lossy: true, PerWorkload: per, Members: members})
 	verdict(t, rep)
 }
 
@@ -143,5 +147,26 @@ func verdict(t *testing.T, rep *Report) {
 	}
 	if t.Failed() {
 		t.Logf("replay: DLOCK_SEED=%d go test -run '^%s$' (artifacts: %s; recheck: go run ./cmd/table %s)", rep.Seed, t.Name(), rep.Dir, rep.Dir)
+	}
+}
+
+// TestNewFaults runs the cluster-level classes (leader transfer, a
+// stalled disk, a member replaced) on 5 members, once each.
+func TestNewFaults(t *testing.T) {
+	need(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	classes := []string{"move-leader", "disk-stall", "member-replace"}
+	if s := os.Getenv("DLOCK_NEW_FAULTS"); s != "" {
+		classes = strings.Split(s, ",")
+	}
+	members := 5
+	if s := os.Getenv("DLOCK_NEW_FAULTS_MEMBERS"); s != "" {
+		members, _ = strconv.Atoi(s)
+	}
+	rep := runCluster(t, ctx, Config{Seed: seed(t, 20261207), Members: members, Faults: len(classes), Classes: classes, Lossy: true, Workloads: []string{"mutex", "semaphore"}})
+	verdict(t, rep)
+	for _, f := range rep.Faults {
+		t.Logf("fault %d %s %v: %s", f.N, f.Class, f.Targets, f.Note)
 	}
 }

@@ -45,6 +45,7 @@ type Member struct {
 	Name string
 	Host *Host
 	disk Disk
+	data string // the data directory (on disk)
 	args []string
 	bin  string
 	logs string
@@ -89,9 +90,9 @@ func StartEtcd(ctx context.Context, c EtcdConfig) (*Etcd, error) {
 			}
 			d = ld
 		}
-		m := &Member{Name: name, Host: h, disk: d, bin: c.Bin, logs: filepath.Join(c.Dir, "logs", name+".log")}
+		m := &Member{Name: name, Host: h, disk: d, data: filepath.Join(d.Path(), "data"), bin: c.Bin, logs: filepath.Join(c.Dir, "logs", name+".log")}
 		m.args = append([]string{
-			"--name=" + name, "--data-dir=" + filepath.Join(d.Path(), "data"),
+			"--name=" + name, "--data-dir=" + m.data,
 			"--listen-client-urls=http://" + h.IP + ":2379", "--advertise-client-urls=http://" + h.IP + ":2379",
 			"--listen-peer-urls=http://" + h.IP + ":2380", "--initial-advertise-peer-urls=http://" + h.IP + ":2380",
 			"--initial-cluster=" + strings.Join(initial, ","), "--initial-cluster-state=new",
@@ -117,6 +118,47 @@ func StartEtcd(ctx context.Context, c EtcdConfig) (*Etcd, error) {
 
 // Endpoint is the member's client URL.
 func (m *Member) Endpoint() string { return "http://" + m.Host.IP + ":2379" }
+
+// PeerURL is the member's peer URL.
+func (m *Member) PeerURL() string { return "http://" + m.Host.IP + ":2380" }
+
+// Wipe kills the member, drops its unsynced writes and deletes its data
+// directory, and makes its next Start join the running cluster as a new
+// member (--initial-cluster-state=existing; it must have been added with
+// MemberAdd first). Name, host and URLs stay.
+func (m *Member) Wipe() error {
+	m.Kill()
+	m.disk.Drop()
+	if err := os.RemoveAll(m.data); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, a := range m.args {
+		if a == "--initial-cluster-state=new" {
+			m.args[i] = "--initial-cluster-state=existing"
+		}
+	}
+	return nil
+}
+
+// staller is a disk whose syncs can be made to hang (LossyDir).
+type staller interface {
+	Stall()
+	Unstall() int
+}
+
+// Stall makes the member's fsyncs hang until the returned function is
+// called, which returns how many syncs the stall held; false if its disk
+// cannot stall (not lossy).
+func (m *Member) Stall() (unstall func() int, ok bool) {
+	s, ok := m.disk.(staller)
+	if !ok {
+		return nil, false
+	}
+	s.Stall()
+	return s.Unstall, true
+}
 
 // Start starts the member's process (again, after Kill: with its data).
 func (m *Member) Start() error {

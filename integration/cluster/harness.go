@@ -30,7 +30,8 @@ type Config struct {
 	Classes     []string      // fault classes to draw from; default all etcd classes
 	Gap         time.Duration // quiet after each heal; default RecoveryBound
 	Dir         string        // artifacts; a temporary directory if empty
-	Lossy       bool          // members' data on lossyfs (crash-lose needs it)
+	Lossy       bool          // members' data on lossyfs (crash-lose and disk-stall need it)
+	Members     int           // etcd members; default 3
 	EtcdBin     string        // the etcd server binary (etcdtest.Binary)
 	EtcdOmit    []string      // default etcd flags the binary lacks (EtcdConfig.Omit); none if empty
 
@@ -56,6 +57,9 @@ func (c *Config) defaults() {
 	}
 	if c.PerWorkload == 0 {
 		c.PerWorkload = 4
+	}
+	if c.Members == 0 {
+		c.Members = 3
 	}
 	if c.Gap == 0 {
 		c.Gap = c.RecoveryBound()
@@ -161,7 +165,7 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 		}
 	}()
 	var hosts []*Host
-	for i := range 3 {
+	for i := range cfg.Members {
 		mh, err := h.Net.AddHost(fmt.Sprintf("m%d", i))
 		if err != nil {
 			return h, err
@@ -237,7 +241,7 @@ func (h *Harness) startResource(ctx context.Context, extra ...string) error {
 }
 
 // StartWorker starts a worker of workload wl in slot (pinned to member
-// slot mod 3), with clock rate rate (0: none).
+// slot mod the members), with clock rate rate (0: none).
 func (h *Harness) StartWorker(wl string, slot int, rate float64) (*Worker, error) {
 	m := h.Etcd.Members[slot%len(h.Etcd.Members)]
 	return h.launch(wl, slot, rate, m, m.Host, "-endpoints", m.Endpoint())

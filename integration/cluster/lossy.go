@@ -42,3 +42,9 @@ func (d *LossyDir) Unsynced() int64 { return d.fs.Unsynced() }
 
 // Close unmounts; every process using the mount must be dead.
 func (d *LossyDir) Close() error { return d.fs.Unmount() }
+
+// Stall makes every fsync on the disk hang until Unstall.
+func (d *LossyDir) Stall() { d.fs.Stall() }
+
+// Unstall ends a stall and returns how many syncs it held.
+func (d *LossyDir) Unstall() int { return d.fs.Unstall() }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // The etcd fault classes. Targets are chosen by role when the fault
@@ -25,7 +27,7 @@ var EtcdClasses = []string{
 	"partition-leader",   // the leader cut off; its clients stay pinned to it
 	"partition-holder",   // the member a lock holder talks to cut off
 	"partition-oneway",   // the leader's packets to the others dropped, not theirs to it
-	"partition-bridge",   // m0 and m2 cannot talk; m1 hears both
+	"partition-bridge",   // two halves of the members cannot talk; the middle member hears both
 	"loss",               // 30% of packets between members dropped
 	"slow",               // the leader's sends squeezed to 256 kbit/s
 	"kill",               // SIGKILL a member (the leader half the time), restart later
@@ -38,6 +40,9 @@ var EtcdClasses = []string{
 	"snapshot",           // a follower cut off while 300 writes pass, so it catches up from a snapshot
 	"clock-slow",         // a worker whose local deadlines run on a clock at half speed
 	"clock-fast",         // a worker whose local deadlines run on a clock at double speed
+	"move-leader",        // leadership transferred (MoveLeader, at the leader) to a follower, under load
+	"disk-stall",         // a member's fsyncs hang for 1 to 3 TTL (the leader half the time; needs Lossy)
+	"member-replace",     // a member (the leader half the time) removed, wiped, added back empty, restarted
 }
 
 // Fault is one injected fault, as the run's schedule.json records it.
@@ -73,13 +78,13 @@ func (n *nemesis) inject(ctx context.Context, f *Fault) {
 	pick := n.rng.IntN(1 << 20)
 	var d time.Duration
 	switch f.Class {
-	case "kill", "crash-lose":
+	case "kill", "crash-lose", "member-replace":
 		d = n.duration(0.5, 2)
 	case "stale-leader":
 		d = h.Cfg.TTL + time.Second + n.duration(0, 1)
 	case "pause-acquire", "pause-use", "pause-release":
 		d = h.Cfg.TTL + time.Second + n.duration(0, 1)
-	case "compact":
+	case "compact", "move-leader":
 		d = 0
 	default:
 		d = n.duration(1, 3)
@@ -174,8 +179,19 @@ func (n *nemesis) begin(ctx context.Context, f *Fault, pick int) (func() error, 
 		}
 		return nt.Heal, errors.Join(errs...)
 	case "partition-bridge":
-		f.Targets = []string{ms[0].Name, ms[2].Name}
-		return nt.Heal, nt.Drop(ms[0].Host, ms[2].Host)
+		// The members but the middle one in two halves that cannot talk:
+		// each half and the bridge make a quorum (m0 | m1 | m2 with 3;
+		// m0,m1 | m2 | m3,m4 with 5).
+		b := len(ms) / 2
+		var errs []error
+		for i := range b {
+			for j := b + 1; j < len(ms); j++ {
+				f.Targets = append(f.Targets, ms[i].Name+"/"+ms[j].Name)
+				errs = append(errs, nt.Drop(ms[i].Host, ms[j].Host))
+			}
+		}
+		f.Note = "bridge " + ms[b].Name
+		return nt.Heal, errors.Join(errs...)
 	case "loss":
 		var errs []error
 		for i := range ms {
@@ -243,10 +259,51 @@ func (n *nemesis) begin(ctx context.Context, f *Fault, pick int) (func() error, 
 			if err := nt.Heal(); err != nil {
 				return err
 			}
-			err := n.caughtUp(ctx, m, f)
-			f.Note += fmt.Sprintf("; snapshots received %v → %v", before, snapshotsReceived(m))
+			caught, err := n.caughtUp(ctx, m, 20*time.Second)
+			f.Note = fmt.Sprintf("%s; snapshots received %v → %v", caught, before, snapshotsReceived(m))
 			return err
 		}, nil
+	case "move-leader":
+		l := leader()
+		t := follower(l)
+		f.Targets = []string{l.Name, t.Name}
+		return nil, n.moveLeader(ctx, f, l, t)
+	case "disk-stall":
+		l := leader()
+		m := follower(l)
+		if pick%2 == 0 {
+			m = l
+		}
+		unstall, ok := m.Stall()
+		if !ok {
+			f.Note = "skipped: the members' disks are not lossy"
+			return nil, nil
+		}
+		f.Targets = []string{m.Name}
+		role := "follower"
+		if m == l {
+			role = "leader"
+		}
+		return func() error {
+			during := n.leaders(ctx)
+			held := unstall()
+			f.Note = fmt.Sprintf("%s %s stalled, %d syncs held; before unstall %s", role, m.Name, held, during)
+			lead, err := n.newLeader(ctx, nil, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			caught, err := n.caughtUp(ctx, m, 20*time.Second)
+			f.Note += fmt.Sprintf("; after: %s; %s %s", lead, m.Name, caught)
+			return err
+		}, nil
+	case "member-replace":
+		l := leader()
+		m := follower(l)
+		if pick%2 == 0 {
+			m = l
+		}
+		f.Targets = []string{m.Name}
+		return n.replace(ctx, f, m, m == l)
 	case "clock-slow", "clock-fast":
 		rate := 0.5
 		if f.Class == "clock-fast" {
@@ -388,32 +445,247 @@ func (n *nemesis) churn(ctx context.Context, count int, cut *Member) error {
 	return nil
 }
 
-// caughtUp waits (up to 20 s) until m's applied revision reaches the
-// leader's, and notes how long that took.
-func (n *nemesis) caughtUp(ctx context.Context, m *Member, f *Fault) error {
+// caughtUp waits (up to limit) until m's applied revision reaches the
+// cluster's, and says how long that took.
+func (n *nemesis) caughtUp(ctx context.Context, m *Member, limit time.Duration) (string, error) {
 	cli, err := n.h.Etcd.Client()
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	resp, err := cli.Get(cctx, "nemesis/rev")
+	if err != nil {
+		return "", err
+	}
+	// m's own client, made again after each failure: a client's
+	// connection to a member that was down retries with a backoff (1 s
+	// and more) that would count as catch-up time.
+	var mcli *clientv3.Client
+	defer func() {
+		if mcli != nil {
+			mcli.Close()
+		}
+	}()
+	for {
+		if mcli == nil {
+			mcli, err = clientv3.New(clientv3.Config{Endpoints: []string{m.Endpoint()}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		}
+		var st *clientv3.StatusResponse
+		if err == nil {
+			sctx, scancel := context.WithTimeout(cctx, time.Second)
+			st, err = mcli.Status(sctx, m.Endpoint())
+			scancel()
+			if err != nil {
+				mcli.Close()
+				mcli = nil
+			}
+		}
+		if err == nil && st.Header.Revision >= resp.Header.Revision {
+			return fmt.Sprintf("caught up to revision %d in %v", st.Header.Revision, time.Since(start).Round(time.Millisecond)), nil
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Sprintf("not caught up after %v", limit), fmt.Errorf("%s did not catch up: %v", m.Name, cctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// leaders says which leader each member reports now, and in which term:
+// "m0:m2/7 m1:m2/7 m2:m2/7" ("m1:-" for a member that did not answer
+// within 500 ms, "none" for no leader, "?" for one not identified).
+func (n *nemesis) leaders(ctx context.Context) string {
+	cli, err := n.h.Etcd.Client()
+	if err != nil {
+		return err.Error()
+	}
+	defer cli.Close()
+	// Each member's ID from its own status; the member list (which a
+	// stalled member may keep from answering) only for the silent ones.
+	ids := map[uint64]*Member{}
+	sts := map[*Member]*clientv3.StatusResponse{}
+	for _, m := range n.h.Etcd.Members {
+		sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		st, err := cli.Status(sctx, m.Endpoint())
+		cancel()
+		if err == nil {
+			sts[m] = st
+			ids[st.Header.MemberId] = m
+		}
+	}
+	if len(sts) < len(n.h.Etcd.Members) {
+		maps.Copy(ids, n.ids(ctx, cli))
+	}
+	var out []string
+	for _, m := range n.h.Etcd.Members {
+		st := sts[m]
+		if st == nil {
+			out = append(out, m.Name+":-")
+			continue
+		}
+		name := "?"
+		if lm := ids[st.Leader]; lm != nil {
+			name = lm.Name
+		} else if st.Leader == 0 {
+			name = "none"
+		}
+		out = append(out, fmt.Sprintf("%s:%s/%d", m.Name, name, st.RaftTerm))
+	}
+	return strings.Join(out, " ")
+}
+
+// ids maps the cluster's member IDs to the members, by name.
+func (n *nemesis) ids(ctx context.Context, cli *clientv3.Client) map[uint64]*Member {
+	ids := map[uint64]*Member{}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(lctx)
+	if err != nil {
+		return ids
+	}
+	for _, mm := range resp.Members {
+		for _, m := range n.h.Etcd.Members {
+			if mm.Name == m.Name || slices.Contains(mm.PeerURLs, m.PeerURL()) {
+				ids[mm.ID] = m
+			}
+		}
+	}
+	return ids
+}
+
+// newLeader waits (up to limit) until a leader leads that is want (any
+// if want is nil), and says who and how long after the call:
+// "m2 leads (term 7) 1.2s later".
+func (n *nemesis) newLeader(ctx context.Context, want *Member, limit time.Duration) (string, error) {
+	start := time.Now()
+	lctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		l, err := n.h.Etcd.Leader(lctx)
+		if err != nil {
+			return "", err
+		}
+		if want == nil || l == want {
+			term := uint64(0)
+			if cli, err := n.h.Etcd.Client(); err == nil {
+				if st, err := cli.Status(lctx, l.Endpoint()); err == nil {
+					term = st.RaftTerm
+				}
+				cli.Close()
+			}
+			return fmt.Sprintf("%s leads (term %d) %v later", l.Name, term, time.Since(start).Round(time.Millisecond)), nil
+		}
+		select {
+		case <-lctx.Done():
+			return "", fmt.Errorf("%s does not lead after %v: %s does", want.Name, limit, l.Name)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// moveLeader asks leader l (at its own endpoint) to hand leadership to
+// t, and waits until t leads.
+func (n *nemesis) moveLeader(ctx context.Context, f *Fault, l, t *Member) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{l.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := cli.Get(cctx, "nemesis/rev")
+	st, err := cli.Status(mctx, t.Endpoint())
 	if err != nil {
-		return err
+		return fmt.Errorf("status of %s: %w", t.Name, err)
 	}
-	for {
-		st, err := cli.Status(cctx, m.Endpoint())
-		if err == nil && st.Header.Revision >= resp.Header.Revision {
-			f.Note = fmt.Sprintf("caught up to revision %d in %v", st.Header.Revision, time.Since(start).Round(time.Millisecond))
+	start := time.Now()
+	if _, err := cli.MoveLeader(mctx, st.Header.MemberId); err != nil {
+		return fmt.Errorf("move leader %s → %s: %w", l.Name, t.Name, err)
+	}
+	moved := time.Since(start)
+	lead, err := n.newLeader(ctx, t, 10*time.Second)
+	f.Note = fmt.Sprintf("%s → %s (term %d before): MoveLeader returned in %v; %s", l.Name, t.Name, st.RaftTerm, moved.Round(time.Millisecond), lead)
+	return err
+}
+
+// replace removes member m from the cluster (MemberRemove), kills it,
+// wipes its data and adds it back as a new member (MemberAdd, same peer
+// URL); the returned heal starts it (--initial-cluster-state=existing)
+// and waits up to 30 s until it has caught up.
+func (n *nemesis) replace(ctx context.Context, f *Fault, m *Member, wasLeader bool) (func() error, error) {
+	cli, err := n.h.Etcd.Client(m)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	role := "follower"
+	if wasLeader {
+		role = "leader"
+	}
+	var id uint64
+	for mid, mm := range n.ids(ctx, cli) {
+		if mm == m {
+			id = mid
+		}
+	}
+	if id == 0 {
+		return nil, fmt.Errorf("%s not in the member list", m.Name)
+	}
+	start := time.Now()
+	// Removing the leader can return an error (leader changed) after the
+	// removal was applied: retry while the member is still listed.
+	if err := retryUntil(ctx, 15*time.Second, func(rctx context.Context) error {
+		if _, ok := n.ids(rctx, cli)[id]; !ok {
 			return nil
 		}
-		select {
-		case <-cctx.Done():
-			return fmt.Errorf("%s did not catch up: %v", m.Name, cctx.Err())
-		case <-time.After(100 * time.Millisecond):
+		_, err := cli.MemberRemove(rctx, id)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("remove %s: %w", m.Name, err)
+	}
+	removed := time.Since(start)
+	if err := m.Wipe(); err != nil {
+		return nil, err
+	}
+	lead, err := n.newLeader(ctx, nil, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	var newID uint64
+	if err := retryUntil(ctx, 15*time.Second, func(rctx context.Context) error {
+		resp, err := cli.MemberAdd(rctx, []string{m.PeerURL()})
+		if err == nil {
+			newID = resp.Member.ID
 		}
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("add %s back: %w", m.Name, err)
+	}
+	f.Note = fmt.Sprintf("%s %s (%x) removed in %v, wiped; %s; added back as %x", role, m.Name, id, removed.Round(time.Millisecond), lead, newID)
+	return func() error {
+		if err := m.Start(); err != nil {
+			return err
+		}
+		caught, err := n.caughtUp(ctx, m, 30*time.Second)
+		f.Note += "; restarted empty, " + caught
+		return err
+	}, nil
+}
+
+// retryUntil calls op (each call bounded by 5 s) until it succeeds or
+// limit has passed, 200 ms apart; it returns op's last error.
+func retryUntil(ctx context.Context, limit time.Duration, op func(context.Context) error) error {
+	end := time.Now().Add(limit)
+	for {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := op(octx)
+		cancel()
+		if err == nil || time.Now().After(end) || ctx.Err() != nil {
+			return err
+		}
+		sleep(ctx, 200*time.Millisecond) // etcd has no event for "ready to reconfigure": retry
 	}
 }
 

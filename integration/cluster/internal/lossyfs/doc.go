@@ -22,6 +22,9 @@
 //     not persist anything: a page cache survives close.
 //   - Reads, stat and mmap see the unsynced state through every
 //     descriptor (read-your-writes), as with a page cache.
+//   - Stall makes every fsync/fdatasync block until Unstall (a disk
+//     whose flushes hang); writes and reads go on through the page
+//     cache meanwhile.
 //   - Metadata goes to the backing directory at once and survives
 //     DropUnsynced: create, mkdir, unlink, rmdir, rename, link, symlink,
 //     chmod, chown, utimes, xattrs.

@@ -1,6 +1,7 @@
 package lossyfs
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -30,6 +31,13 @@ type FS struct {
 
 	mu    sync.Mutex
 	files map[uint64]*file // by backing inode number
+
+	stall struct {
+		sync.Mutex
+		gate    chan struct{} // non-nil while a stall lasts; closed when it ends
+		waiting int           // fsyncs held at the gate now
+		held    int           // fsyncs held since the stall began
+	}
 
 	unmount struct {
 		once sync.Once
@@ -133,7 +141,65 @@ func (f *FS) Unmount() error {
 	return f.unmount.err
 }
 
+// Stall makes every fsync and fdatasync on the mount block from now
+// until Unstall (or Unmount), as a disk whose flushes hang: writes still
+// go to the page cache, but nothing becomes durable and the syncing
+// process waits. A sync interrupted by a signal (its process killed)
+// returns EINTR. Stalling a stalled mount does nothing.
+func (f *FS) Stall() {
+	f.stall.Lock()
+	defer f.stall.Unlock()
+	if f.stall.gate == nil {
+		f.stall.gate, f.stall.held = make(chan struct{}), 0
+	}
+}
+
+// Unstall ends a stall: the held syncs proceed. It returns how many
+// syncs the stall held (0 if there was none).
+func (f *FS) Unstall() int {
+	f.stall.Lock()
+	defer f.stall.Unlock()
+	if f.stall.gate == nil {
+		return 0
+	}
+	close(f.stall.gate)
+	f.stall.gate = nil
+	return f.stall.held
+}
+
+// Stalled returns how many syncs are held at a stall now.
+func (f *FS) Stalled() int {
+	f.stall.Lock()
+	defer f.stall.Unlock()
+	return f.stall.waiting
+}
+
+// gate waits while a stall lasts, or until ctx ends (EINTR).
+func (f *FS) gate(ctx context.Context) syscall.Errno {
+	f.stall.Lock()
+	g := f.stall.gate
+	if g == nil {
+		f.stall.Unlock()
+		return 0
+	}
+	f.stall.waiting++
+	f.stall.held++
+	f.stall.Unlock()
+	defer func() {
+		f.stall.Lock()
+		f.stall.waiting--
+		f.stall.Unlock()
+	}()
+	select {
+	case <-g:
+		return 0
+	case <-ctx.Done():
+		return syscall.EINTR
+	}
+}
+
 func (f *FS) stop() error {
+	f.Unstall() // a held sync would keep its request, and the server, alive
 	if err := syscall.Unmount(f.mountpoint, syscall.MNT_FORCE); err != nil {
 		syscall.Unmount(f.mountpoint, syscall.MNT_DETACH) // busy here: detach, the connection is aborted anyway
 	}
@@ -228,5 +294,5 @@ func (f *FS) handle(inode *fs.Inode, fh fs.FileHandle) (*handle, syscall.Errno) 
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	return &handle{lf: lf, fd: fd, f: f.file(st.Ino, inode)}, 0
+	return &handle{lf: lf, fd: fd, f: f.file(st.Ino, inode), fsys: f}, 0
 }

@@ -328,3 +328,52 @@ func TestLookupSeesUnsyncedSize(t *testing.T) {
 	assert.Equal(t, "x", mmapped(t, path, 8191, 1), "no SIGBUS")
 	assert.EqualValues(t, 1, fsys.DropUnsynced())
 }
+
+func TestStallHoldsFsync(t *testing.T) {
+	fsys, mnt, backing := mount(t)
+	f, err := os.Create(filepath.Join(mnt, "a"))
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteString("hello")
+	require.NoError(t, err)
+
+	fsys.Stall()
+	fsys.Stall() // idempotent
+	synced := make(chan error, 1)
+	go func() { synced <- f.Sync() }()
+	require.Eventually(t, func() bool { return fsys.Stalled() == 1 }, 5*time.Second, time.Millisecond, "the fsync reaches the gate")
+	// The kernel holds the file's inode lock through its fsync: writes
+	// to that file wait (as on a disk whose flush hangs); other files'
+	// do not.
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "b"), []byte("other"), 0o644), "writes go on during a stall")
+	assert.Equal(t, "other", read(t, filepath.Join(mnt, "b")), "reads too")
+	assert.Equal(t, "", read(t, filepath.Join(backing, "b")))
+	select {
+	case err := <-synced:
+		t.Fatalf("fsync returned during the stall: %v", err)
+	default:
+	}
+	assert.Equal(t, "", read(t, filepath.Join(backing, "a")), "nothing durable during the stall")
+
+	assert.Equal(t, 1, fsys.Unstall())
+	require.NoError(t, <-synced)
+	assert.Equal(t, 0, fsys.Stalled())
+	assert.Equal(t, 0, fsys.Unstall(), "no stall left")
+	assert.Equal(t, "hello", read(t, filepath.Join(backing, "a")), "the held fsync synced the file's state")
+	require.NoError(t, f.Sync(), "no stall: fsync at once")
+}
+
+func TestUnmountEndsStall(t *testing.T) {
+	fsys, mnt, _ := mount(t)
+	f, err := os.Create(filepath.Join(mnt, "a"))
+	require.NoError(t, err)
+	_, err = f.WriteString("x")
+	require.NoError(t, err)
+	fsys.Stall()
+	synced := make(chan error, 1)
+	go func() { synced <- f.Sync() }()
+	require.Eventually(t, func() bool { return fsys.Stalled() == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, fsys.Unmount(), "a held fsync does not keep the server alive")
+	<-synced
+	f.Close() // ENOTCONN: the connection is gone
+}

@@ -226,9 +226,10 @@ func lastLink(path string) (ino uint64, last bool) {
 // handle is an open regular file: its backing descriptor for what is
 // clean, its file's unsynced state for the rest.
 type handle struct {
-	lf *fs.LoopbackFile
-	fd int // lf's descriptor
-	f  *file
+	lf   *fs.LoopbackFile
+	fd   int // lf's descriptor
+	f    *file
+	fsys *FS
 }
 
 var (
@@ -304,8 +305,12 @@ func (h *handle) truncate(sz int64) syscall.Errno {
 }
 
 // Fsync persists the file's whole unsynced state, whichever descriptor
-// it came through (fsync and fdatasync alike).
+// it came through (fsync and fdatasync alike), once no stall holds it
+// (FS.Stall; it waits outside the file's lock, so writes and reads go on).
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if errno := h.fsys.gate(ctx); errno != 0 {
+		return errno
+	}
 	h.f.mu.Lock()
 	defer h.f.mu.Unlock()
 	return h.f.sync()
