@@ -40,6 +40,13 @@ type Config struct {
 	Rounds        int    // grants per worker (0: until the end)
 	Permits       int    // the semaphore's permits; default 2
 	RedisReplicas int    // the redis workload's replicas that must acknowledge a grant (DSN replicas=); 0: none
+
+	// Guard puts a real resource behind the guard users deploy in front
+	// of the fenced register (one of Guards): "pg", a PostgreSQL server
+	// in the resource's namespace, written through contrib/pgfence, with
+	// the control's counter in the same row (pg.go). "": the resource
+	// process's in-memory register.
+	Guard string
 }
 
 func (c *Config) defaults() {
@@ -86,6 +93,7 @@ type Harness struct {
 	Resource *Proc
 	ResHost  *Host
 	resURL   string
+	PG       *PG // the guard's server (Config.Guard "pg"); nil otherwise
 
 	bins bins
 
@@ -94,6 +102,8 @@ type Harness struct {
 	servers []*Proc   // a Redis run's servers, every process ever started
 	nextID  int
 	closed  bool
+
+	cleanups []func() // run by Close, after every process is gone
 }
 
 // Worker is one worker process.
@@ -171,6 +181,15 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	}
 	if err := h.startResource(sctx, "-cap", fmt.Sprintf("dlock-semaphore=%d", cfg.Permits)); err != nil {
 		return h, err
+	}
+	switch cfg.Guard {
+	case "":
+	case "pg":
+		if h.PG, err = h.startPG(sctx, h.ResHost); err != nil {
+			return h, fmt.Errorf("postgres: %w", err)
+		}
+	default:
+		return h, fmt.Errorf("cluster: Guard %q: want one of %v", cfg.Guard, Guards)
 	}
 	for _, wl := range cfg.Workloads {
 		for slot := range cfg.PerWorkload {
@@ -257,6 +276,9 @@ func (h *Harness) launch(wl string, slot int, rate float64, m *Member, host *Hos
 	}, extra...)
 	if h.Cfg.WorkerPlant != "" {
 		args = append(args, "-plant", h.Cfg.WorkerPlant)
+	}
+	if h.PG != nil {
+		args = append(args, "-guard", "pg", "-guard-dsn", h.PG.DSN())
 	}
 	var env []string
 	if h.Cfg.Plant != "" {
@@ -387,7 +409,7 @@ func (h *Harness) Close() error {
 		return nil
 	}
 	h.closed = true
-	ws, servers := h.workers, h.servers
+	ws, servers, cleanups := h.workers, h.servers, h.cleanups
 	h.mu.Unlock()
 	defer unregister(h)
 	var errs []error
@@ -409,6 +431,9 @@ func (h *Harness) Close() error {
 	}
 	if h.Net != nil {
 		errs = append(errs, h.Net.Close())
+	}
+	for _, f := range cleanups {
+		f()
 	}
 	return errors.Join(errs...)
 }

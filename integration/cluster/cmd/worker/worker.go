@@ -28,7 +28,8 @@ type worker struct {
 	http *http.Client
 	rng  *rand.Rand
 	ends *sessionEnds
-	err  error // the first history write error: the run is void after it
+	pg   *pgStore // -guard pg; nil: the resource's /fenced
+	err  error    // the first history write error: the run is void after it
 
 	g      int    // the last grant number used
 	grants int    // grants so far

@@ -1,0 +1,43 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+)
+
+// resourceFault begins a resource-side fault (GuardClasses) on the
+// guard's server, aimed at a holder inside its critical section (for
+// resource-cut: one about to write the fenced register), and returns
+// how to heal it.
+func (n *nemesis) resourceFault(ctx context.Context, f *Fault, pick int) (func() error, error) {
+	h := n.h
+	pg := h.PG
+	if pg == nil {
+		return nil, fmt.Errorf("%s needs a guard (Config.Guard)", f.Class)
+	}
+	phase := "inside"
+	if f.Class == "resource-cut" {
+		phase = "writing"
+	}
+	w := n.awaitPhase(ctx, phase, pick, 2*h.Cfg.TTL, nil)
+	if w != nil {
+		f.Note = fmt.Sprintf("holder w%d (%s) %s", w.ID, w.Workload, phase)
+	}
+	switch f.Class {
+	case "resource-kill":
+		f.Targets = []string{"postgres"}
+		pg.Kill()
+		return func() error { return pg.Start(ctx) }, nil
+	case "resource-stall":
+		f.Targets = []string{"postgres"}
+		return func() error { return pg.Signal(syscall.SIGCONT) }, pg.Signal(syscall.SIGSTOP)
+	default: // resource-cut
+		if w == nil {
+			f.Note = "skipped: no holder reached its write"
+			return nil, nil
+		}
+		f.Targets = []string{w.Member.Host.Name, h.ResHost.Name}
+		return h.Net.Heal, h.Net.Drop(w.Member.Host, h.ResHost)
+	}
+}
