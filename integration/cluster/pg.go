@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -229,28 +230,90 @@ func (pg *PG) Start(ctx context.Context) error {
 	}
 }
 
-// Kill SIGKILLs every process of the server (its process group: the
-// postmaster and its backends) and waits until the postmaster is reaped.
+// Kill SIGKILLs every process of the server (the postmaster and its
+// backends, each of which PostgreSQL makes a process group of its own)
+// and waits until the postmaster is reaped.
 func (pg *PG) Kill() {
-	pg.mu.Lock()
-	p := pg.proc
-	pg.mu.Unlock()
-	if p != nil {
-		p.Kill()
+	p := pg.current()
+	if p == nil {
+		return
 	}
+	_ = pg.signalAll(p, syscall.SIGKILL)
+	p.Kill()
 }
 
 // Signal sends sig to every process of the server (SIGSTOP, SIGCONT).
 func (pg *PG) Signal(sig syscall.Signal) error {
-	pg.mu.Lock()
-	p := pg.proc
-	pg.mu.Unlock()
+	p := pg.current()
 	select {
 	case <-p.Done():
 		return errors.New("postgres has exited")
 	default:
 	}
-	return syscall.Kill(-p.Pid(), sig)
+	return pg.signalAll(p, sig)
+}
+
+func (pg *PG) current() *Proc {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	return pg.proc
+}
+
+// signalAll sends sig to the postmaster, then to its descendants. The
+// postmaster is stopped first, so that it forks no backend meanwhile
+// (and continued last when sig is SIGCONT).
+func (pg *PG) signalAll(p *Proc, sig syscall.Signal) error {
+	pid := p.Pid()
+	if sig != syscall.SIGCONT {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, c := range descendants(pid) {
+		if err := syscall.Kill(c, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, err)
+		}
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// descendants lists the processes below pid, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		c, err1 := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		pp, err2 := strconv.Atoi(f[1])
+		if err1 == nil && err2 == nil {
+			children[pp] = append(children[pp], c)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		out = append(out, children[n]...)
+		queue = append(queue, children[n]...)
+	}
+	return out
 }
 
 // collect reads what the guard admitted and the control's counters into

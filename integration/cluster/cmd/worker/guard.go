@@ -76,7 +76,7 @@ func (s *pgStore) Close() { s.pool.Close() }
 // it (with its audit row), and records the op.
 func (u *use) pgFenced(read bool, v int64) (int64, bool) {
 	lock := u.w.cfg.lock
-	ev := history.Event{G: u.g, Kind: history.Op, Tok: u.tok, Mode: u.mode, Reg: history.Fenced, Read: read, Raise: true, Result: "error"}
+	ev := history.Event{G: u.g, Kind: history.Op, Tok: u.tok, Mode: u.mode, Reg: history.Fenced, Read: read, Raise: read, Result: "error"}
 	if !read {
 		ev.Value = v
 	}
