@@ -373,6 +373,7 @@ func linearizable(workload string, events []history.Event, timeout time.Duration
 type fencedInput struct {
 	Read  bool
 	Raise bool // an admitted read raises the mark (history.Event.Raise)
+	Blind bool // a read whose value is not known (history.Event.Blind)
 	Tok   uint64
 	Value int64 // the value written (writes only)
 }
@@ -404,7 +405,7 @@ func fencedOps(workload string, events []history.Event) []porcupine.Operation {
 		if e.Kind != history.Op || e.Reg != history.Fenced || e.Workload != workload || e.Tok == 0 || e.Result == history.Unsent {
 			continue // an op that never reached the register did nothing
 		}
-		in := fencedInput{Read: e.Read, Raise: e.Read && e.Raise, Tok: e.Tok}
+		in := fencedInput{Read: e.Read, Raise: e.Read && e.Raise, Blind: e.Read && e.Blind, Tok: e.Tok}
 		if !e.Read {
 			in.Value = e.Value
 		}
@@ -519,7 +520,7 @@ var fencedModel = porcupine.Model{
 				return false, s
 			}
 			if in.Read {
-				return out.Value == s.Value, next
+				return in.Blind || out.Value == s.Value, next
 			}
 			return true, next
 		}
@@ -535,7 +536,7 @@ var fencedModel = porcupine.Model{
 		switch {
 		case res == "":
 			res = "unknown"
-		case res == "ok" && in.Read:
+		case res == "ok" && in.Read && !in.Blind:
 			res = fmt.Sprintf("ok %d", out.Value)
 		}
 		if in.Read {

@@ -6,6 +6,7 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/dlock-go/dlock v0.1.0
 	github.com/dlock-go/dlock/contrib/pgfence v0.1.0
+	github.com/dlock-go/dlock/contrib/redisfence v0.1.0
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -21,6 +22,10 @@ func needGuard(t *testing.T, guard string) {
 	case "pg":
 		if _, err := pgBin(); err != nil {
 			testenv.Missing(t, "postgres", err.Error())
+		}
+	case "redis":
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			testenv.Missing(t, "redis", "redis-server not found (apt-get install redis-server)")
 		}
 	}
 }

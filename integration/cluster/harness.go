@@ -44,7 +44,9 @@ type Config struct {
 	// Guard puts a real resource behind the guard users deploy in front
 	// of the fenced register (one of Guards): "pg", a PostgreSQL server
 	// in the resource's namespace, written through contrib/pgfence, with
-	// the control's counter in the same row (pg.go). "": the resource
+	// the control's counter in the same row (pg.go); "redis", a Redis
+	// server there, written through contrib/redisfence (redisguard.go).
+	// "": the resource
 	// process's in-memory register.
 	Guard string
 }
@@ -93,7 +95,7 @@ type Harness struct {
 	Resource *Proc
 	ResHost  *Host
 	resURL   string
-	PG       *PG // the guard's server (Config.Guard "pg"); nil otherwise
+	Guard    GuardServer // the guard's server (Config.Guard); nil without one
 
 	bins bins
 
@@ -185,8 +187,12 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	switch cfg.Guard {
 	case "":
 	case "pg":
-		if h.PG, err = h.startPG(sctx, h.ResHost); err != nil {
+		if h.Guard, err = h.startPG(sctx, h.ResHost); err != nil {
 			return h, fmt.Errorf("postgres: %w", err)
+		}
+	case "redis":
+		if h.Guard, err = h.startRedisGuard(sctx, h.ResHost); err != nil {
+			return h, fmt.Errorf("redis: %w", err)
 		}
 	default:
 		return h, fmt.Errorf("cluster: Guard %q: want one of %v", cfg.Guard, Guards)
@@ -277,8 +283,8 @@ func (h *Harness) launch(wl string, slot int, rate float64, m *Member, host *Hos
 	if h.Cfg.WorkerPlant != "" {
 		args = append(args, "-plant", h.Cfg.WorkerPlant)
 	}
-	if h.PG != nil {
-		args = append(args, "-guard", "pg", "-guard-dsn", h.PG.DSN())
+	if h.Guard != nil {
+		args = append(args, "-guard", h.Cfg.Guard, "-guard-dsn", h.Guard.DSN())
 	}
 	var env []string
 	if h.Cfg.Plant != "" {

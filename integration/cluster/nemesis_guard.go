@@ -12,7 +12,7 @@ import (
 // how to heal it.
 func (n *nemesis) resourceFault(ctx context.Context, f *Fault, pick int) (func() error, error) {
 	h := n.h
-	pg := h.PG
+	pg := h.Guard
 	if pg == nil {
 		return nil, fmt.Errorf("%s needs a guard (Config.Guard)", f.Class)
 	}
@@ -26,11 +26,11 @@ func (n *nemesis) resourceFault(ctx context.Context, f *Fault, pick int) (func()
 	}
 	switch f.Class {
 	case "resource-kill":
-		f.Targets = []string{"postgres"}
+		f.Targets = []string{h.Cfg.Guard}
 		pg.Kill()
 		return func() error { return pg.Start(ctx) }, nil
 	case "resource-stall":
-		f.Targets = []string{"postgres"}
+		f.Targets = []string{h.Cfg.Guard}
 		return func() error { return pg.Signal(syscall.SIGCONT) }, pg.Signal(syscall.SIGSTOP)
 	default: // resource-cut
 		if w == nil {

@@ -27,7 +27,17 @@ import (
 // Guards are the guards a run can put in front of the fenced register
 // (Config.Guard): the register is then a row of a real server, written
 // by the workers through the guard users deploy.
-var Guards = []string{"pg"}
+var Guards = []string{"pg", "redis"}
+
+// GuardServer is a guard's server, run by the harness in the resource's
+// namespace.
+type GuardServer interface {
+	DSN() string                       // what the workers' -guard-dsn is
+	Start(ctx context.Context) error   // (re)start it from its data, and wait until it serves
+	Kill()                             // SIGKILL every process of it
+	Signal(sig syscall.Signal) error   // SIGSTOP, SIGCONT every process of it
+	collect(ctx context.Context) error // write audit.jsonl and control.json into the run's directory
+}
 
 // GuardClasses are the resource-side fault classes, for runs with a
 // Guard. Targets are chosen by role as the etcd classes' are.

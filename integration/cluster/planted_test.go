@@ -33,6 +33,13 @@ func TestPlanted(t *testing.T) {
 		cfg:    Config{Guard: "pg", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
 		expect: "fenced register admitted a stale write",
 	}, {
+		// The same behind redisfence: a plain SET, then Admit (its
+		// limit: only Set checks and writes in one script). The AOF
+		// shows the write.
+		name:   "check-after-write-redis",
+		cfg:    Config{Guard: "redis", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+		expect: "fenced register admitted a stale write",
+	}, {
 		name:   "skip-check",
 		cfg:    Config{Plant: "skip-check", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 		expect: "Done after a successor's grant",

@@ -63,8 +63,8 @@ func Run(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, e
 		h: h, rng: rng, logf: logf, inject: nem.inject,
 		leftovers: h.Leftovers, store: "etcd", close: h.Close, check: (*Report).check,
 	}
-	if h.PG != nil {
-		r.collect = h.PG.collect
+	if h.Guard != nil {
+		r.collect = h.Guard.collect
 	}
 	return r.run(ctx)
 }

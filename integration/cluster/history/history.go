@@ -84,6 +84,10 @@ type Event struct {
 	// raises it). Without it a read leaves the mark (fence.MemoryGuard's
 	// rule in cmd/resource).
 	Raise bool `json:"raise,omitempty"`
+	// Blind: a read whose value is not known (redisfence's Admit alone:
+	// the value is read after it, in a separate command); only whether
+	// it was admitted is checked.
+	Blind bool `json:"blind,omitempty"`
 
 	// End fields.
 	How      string `json:"how,omitempty"`

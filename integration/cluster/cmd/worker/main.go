@@ -29,10 +29,11 @@
 //	first-token   every grant after the first records and presents the first grant's token (a stale token)
 //	hold-forever  the first grant is held (and used) until SIGTERM or its loss, never released before
 //	leak-key      at start, put the key dlock/leak/w<ID> without a lease, and never delete it
-//	check-after-write  (-guard pg) the fenced write commits before the guard checks the token
+//	check-after-write  (-guard) the fenced write lands, without the guard, before the guard checks the token
 //
-// With -guard pg -guard-dsn URL the fenced register is a PostgreSQL row
-// written through contrib/pgfence, beside the control's counter (guard.go).
+// With -guard pg or redis (and -guard-dsn) the fenced register is on that
+// server, written through contrib/pgfence or contrib/redisfence, beside
+// the control's counter (guard.go).
 //
 // On SIGTERM or SIGINT it stops acquiring, ends the current grant (cuts
 // its hold short and releases it), closes its session and history and
@@ -181,11 +182,11 @@ func run(c config) (err error) {
 		ends: watchSessionEnds(),
 	}
 	defer w.http.CloseIdleConnections()
-	if w.pg, err = openGuard(stop); err != nil {
+	if w.guard, err = openGuard(stop, c.ttl); err != nil {
 		return err
 	}
-	if w.pg != nil {
-		defer w.pg.Close()
+	if w.guard != nil {
+		defer w.guard.Close()
 	}
 	if c.plant == plantLeakKey {
 		if err := w.leakKey(stop); err != nil {

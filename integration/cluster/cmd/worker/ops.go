@@ -50,19 +50,19 @@ func (u *use) round() {
 			fv, ok = u.fenced(true, 0)
 		}
 	}
-	if u.w.pg != nil {
+	if u.w.guard != nil {
 		if fenced && u.mode == "x" {
 			ctl, control = u.controlRead()
 		}
 		readFenced()
 	}
 	u.w.phase("inside", u.g)
-	if u.w.pg == nil {
+	if u.w.guard == nil {
 		readFenced()
 	}
 	time.Sleep(u.w.between(5*time.Millisecond, 20*time.Millisecond)) // the work
 	if fenced && ok && u.mode == "x" {
-		if u.w.pg != nil {
+		if u.w.guard != nil {
 			u.w.phase("writing", u.g) // resource-cut aims here
 		}
 		u.fenced(false, fv+1)
@@ -76,8 +76,8 @@ func (u *use) round() {
 
 // fenced reads the fenced register, or writes v to it.
 func (u *use) fenced(read bool, v int64) (int64, bool) {
-	if u.w.pg != nil {
-		return u.pgFenced(read, v)
+	if u.w.guard != nil {
+		return u.guardFenced(read, v)
 	}
 	q := url.Values{"lock": {u.w.cfg.lock}, "tok": {strconv.FormatUint(u.tok, 10)}}
 	method := http.MethodGet
