@@ -138,7 +138,7 @@ func TestSoak(t *testing.T) {
 		// resource-side faults beside etcd's.
 		needGuard(t, guard)
 		cfg.Guard = guard
-		cfg.Classes = append(append([]string(nil), EtcdClasses...), GuardClasses...)
+		cfg.Classes = append(append([]string(nil), EtcdClasses...), ClassesFor(guard)...)
 	}
 	rep := runCluster(t, ctx, cfg)
 	verdict(t, rep)

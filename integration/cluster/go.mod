@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/contrib/httpfence v0.1.0
 	github.com/dlock-go/dlock/contrib/pgfence v0.1.0
 	github.com/dlock-go/dlock/contrib/redisfence v0.1.0
 	github.com/hanwen/go-fuse/v2 v2.12.1

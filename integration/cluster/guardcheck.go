@@ -17,7 +17,9 @@ type Control struct {
 	Workload string
 	Acked    int   // increments acknowledged
 	Unknown  int   // increments with no reply (they may have landed)
-	Final    int64 // the counter's value at the end (it starts at 0)
+	Final    int64 // the counter's value at the end (it starts at 0); -1 for http
+	// (whose control is the resource's unfenced register, and Lost the
+	// lost updates it recorded)
 	// Lost is Acked − Final when positive: acknowledged increments that
 	// another holder's write overwrote (a lower bound: an increment whose
 	// reply was lost may have landed and hidden one).
@@ -35,7 +37,7 @@ type Control struct {
 // ("ok") must be (the server may have been killed since: the commit is
 // durable); one whose reply never came (a cut, a stall, a kill) may be
 // either, and the checker says which.
-func (rep *Report) checkGuard(cfg Config, events []history.Event, audit []history.Record) {
+func (rep *Report) checkGuard(cfg Config, events []history.Event, audit, records []history.Record) {
 	type key struct {
 		lock  string
 		tok   uint64
@@ -104,6 +106,34 @@ func (rep *Report) checkGuard(cfg Config, events []history.Event, audit []histor
 	rep.Failures = append(rep.Failures, listed("guard: an acknowledged write is not in the resource (lost)", missing)...)
 	rep.Notes = append(rep.Notes, fmt.Sprintf("guard %s: %d fenced writes committed, %d refused or unsent; %d had no reply, of which %d committed", cfg.Guard, len(audit), refusedWrites, unknownWrites, unknownCommitted))
 
+	if cfg.Guard == "http" {
+		// The control is the resource's unfenced register: its lost
+		// updates are the resource's records of them.
+		for _, wl := range cfg.Workloads {
+			if !fencedWorkload(wl) {
+				continue
+			}
+			c := Control{Workload: wl, Final: -1}
+			for _, e := range events {
+				if e.Kind == history.Op && e.Reg == history.Unfenced && !e.Read && e.Workload == wl {
+					if e.Result == "ok" {
+						c.Acked++
+					} else {
+						c.Unknown++
+					}
+				}
+			}
+			for _, r := range records {
+				if r.Kind == history.LostUpdate && r.Lock == "dlock-"+wl {
+					c.Lost++
+				}
+			}
+			rep.Controls = append(rep.Controls, c)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: the control (the resource's unfenced register): %d writes acknowledged, %d without reply: %d lost updates recorded",
+				wl, c.Acked, c.Unknown, c.Lost))
+		}
+		return
+	}
 	finals := map[string]int64{}
 	b, err := os.ReadFile(filepath.Join(rep.Dir, "control.json"))
 	if err == nil {

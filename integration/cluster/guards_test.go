@@ -42,7 +42,7 @@ func TestGuards(t *testing.T) {
 			needGuard(t, guard)
 			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 			defer cancel()
-			classes := append([]string{"pause-use"}, GuardClasses...)
+			classes := append([]string{"pause-use"}, ClassesFor(guard)...)
 			rep := runCluster(t, ctx, Config{
 				Seed: seed(t, 20261207), Guard: guard, Workloads: []string{"mutex"}, PerWorkload: 3,
 				Classes: classes, Faults: len(classes),

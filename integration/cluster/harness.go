@@ -45,7 +45,9 @@ type Config struct {
 	// of the fenced register (one of Guards): "pg", a PostgreSQL server
 	// in the resource's namespace, written through contrib/pgfence, with
 	// the control's counter in the same row (pg.go); "redis", a Redis
-	// server there, written through contrib/redisfence (redisguard.go).
+	// server there, written through contrib/redisfence (redisguard.go);
+	// "http", the resource process's register behind
+	// contrib/httpfence's Middleware (httpguard.go).
 	// "": the resource
 	// process's in-memory register.
 	Guard string
@@ -181,7 +183,11 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	if err != nil {
 		return h, fmt.Errorf("etcd: %w", err)
 	}
-	if err := h.startResource(sctx, "-cap", fmt.Sprintf("dlock-semaphore=%d", cfg.Permits)); err != nil {
+	resArgs := []string{"-cap", fmt.Sprintf("dlock-semaphore=%d", cfg.Permits)}
+	if cfg.Guard == "http" {
+		resArgs = append(resArgs, "-guard", "http")
+	}
+	if err := h.startResource(sctx, resArgs...); err != nil {
 		return h, err
 	}
 	switch cfg.Guard {
@@ -194,6 +200,8 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 		if h.Guard, err = h.startRedisGuard(sctx, h.ResHost); err != nil {
 			return h, fmt.Errorf("redis: %w", err)
 		}
+	case "http":
+		h.Guard = httpGuard{h}
 	default:
 		return h, fmt.Errorf("cluster: Guard %q: want one of %v", cfg.Guard, Guards)
 	}

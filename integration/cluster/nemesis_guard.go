@@ -6,6 +6,19 @@ import (
 	"syscall"
 )
 
+// ClassesFor returns the resource-side classes guard supports: all of
+// GuardClasses, but resource-kill for "http" (its marks are in the
+// resource's memory).
+func ClassesFor(guard string) []string {
+	var out []string
+	for _, c := range GuardClasses {
+		if c != "resource-kill" || guard != "http" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // resourceFault begins a resource-side fault (GuardClasses) on the
 // guard's server, aimed at a holder inside its critical section (for
 // resource-cut: one about to write the fenced register), and returns
@@ -15,6 +28,9 @@ func (n *nemesis) resourceFault(ctx context.Context, f *Fault, pick int) (func()
 	pg := h.Guard
 	if pg == nil {
 		return nil, fmt.Errorf("%s needs a guard (Config.Guard)", f.Class)
+	}
+	if f.Class == "resource-kill" && h.Cfg.Guard == "http" {
+		return nil, fmt.Errorf("%s: the http guard's marks are in the resource's memory (a fence.MemoryGuard): a kill forgets them", f.Class)
 	}
 	phase := "inside"
 	if f.Class == "resource-cut" {

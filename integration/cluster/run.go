@@ -212,7 +212,15 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 		return err
 	}
 	var audit []history.Record
-	if cfg.Guard != "" {
+	if cfg.Guard == "http" {
+		// The resource process is the guarded server: its log is the
+		// record of what it admitted.
+		for _, r := range records {
+			if r.Kind == history.Write {
+				audit = append(audit, r)
+			}
+		}
+	} else if cfg.Guard != "" {
 		// What the guard admitted: the fenced register's writes (the
 		// resource process's log has none).
 		if audit, err = history.ReadLines[history.Record](filepath.Join(rep.Dir, "audit.jsonl")); err != nil {
@@ -358,7 +366,7 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 	}
 	rep.ByClass = classes.rows
 	if cfg.Guard != "" {
-		rep.checkGuard(cfg, events, audit)
+		rep.checkGuard(cfg, events, audit, records)
 	}
 	return nil
 }

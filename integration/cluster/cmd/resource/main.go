@@ -14,7 +14,7 @@
 //
 // Usage:
 //
-//	resource -listen 10.0.0.2:8080 -log run/resource.jsonl [-cap dlock-semaphore=2] [-plant admit-lower]
+//	resource -listen 10.0.0.2:8080 -log run/resource.jsonl [-cap dlock-semaphore=2] [-plant admit-lower] [-guard http]
 //
 // It prints "LISTEN <addr>" on stdout once it accepts connections, and
 // exits 0 on SIGTERM or SIGINT after closing the log (1 on any other
@@ -39,6 +39,19 @@
 //
 // The plant admit-lower makes the fenced register admit every token (the
 // mark still only rises): a broken guard, for checking the checkers.
+//
+// With -guard http the fenced register is also served behind
+// contrib/httpfence's Middleware (a fence.MemoryGuard admits the token the
+// request's Dlock-Fence-Token header carries; 409 when stale), as an
+// application serves a fenced endpoint:
+//
+//	GET  /guarded?lock=L                 the token from the header: as GET /fenced
+//	POST /guarded?lock=L&v=V             as POST /fenced
+//
+// The handler takes the token from the request's context and checks it
+// again under the registers' lock, atomically with the write, as
+// httpfence's documentation asks (the middleware's admission alone is
+// not atomic with the handler).
 package main
 
 import (
@@ -56,6 +69,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock/contrib/httpfence"
+	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/integration/cluster/history"
 )
 
@@ -64,16 +79,20 @@ func main() {
 	logPath := flag.String("log", "resource.jsonl", "path of the history.Record JSONL log")
 	plant := flag.String("plant", "", "planted bug: admit-lower (the fenced register admits every token)")
 	caps := flag.String("cap", "", "shared-occupancy caps, LOCK=N,... (default unlimited)")
+	guard := flag.String("guard", "", `"http": serve /guarded behind httpfence.Middleware`)
 	flag.Parse()
+	if *guard != "" && *guard != "http" {
+		log.Fatalf("-guard %q: want http or nothing", *guard)
+	}
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix("resource: ")
-	if err := run(*listen, *logPath, *plant, *caps); err != nil {
+	if err := run(*listen, *logPath, *plant, *caps, *guard == "http"); err != nil {
 		log.Print(err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, logPath, plant, caps string) error {
+func run(listen, logPath, plant, caps string, guarded bool) error {
 	if plant != "" && plant != "admit-lower" {
 		return fmt.Errorf("-plant %q: want admit-lower or nothing", plant)
 	}
@@ -89,6 +108,9 @@ func run(listen, logPath, plant, caps string) error {
 		return err
 	}
 	r := newResource(lw, capOf, plant == "admit-lower")
+	if guarded {
+		r.guarded(fence.NewMemoryGuard())
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		lw.Close()
@@ -181,6 +203,30 @@ func newResource(lw *history.Writer, caps map[string]int, admitLower bool) *reso
 	r.mux.HandleFunc("POST /unfenced/evict", r.evict)
 	r.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	return r
+}
+
+// guarded serves the fenced register behind httpfence.Middleware(g) too.
+func (r *resource) guarded(g fence.Guard) {
+	mw := httpfence.Middleware(g)
+	r.mux.Handle("GET /guarded", mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serveGuarded(w, req, false) })))
+	r.mux.Handle("POST /guarded", mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serveGuarded(w, req, true) })))
+}
+
+// serveGuarded is serveFenced with the token the middleware admitted.
+func (r *resource) serveGuarded(w http.ResponseWriter, req *http.Request, write bool) {
+	tok, ok := fence.FromContext(req.Context())
+	if !ok {
+		http.Error(w, "no token in the request's context", http.StatusInternalServerError)
+		return
+	}
+	q := req.URL.Query()
+	q.Set("tok", strconv.FormatUint(tok.Seq, 10))
+	if q.Get("lock") != tok.Name {
+		http.Error(w, fmt.Sprintf("lock %q, token of %q", q.Get("lock"), tok.Name), http.StatusBadRequest)
+		return
+	}
+	req.URL.RawQuery = q.Encode()
+	r.serveFenced(w, req, write)
 }
 
 func (r *resource) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.ServeHTTP(w, req) }

@@ -36,7 +36,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/contrib/httpfence"
 	"github.com/dlock-go/dlock/contrib/pgfence"
 	"github.com/dlock-go/dlock/contrib/redisfence"
 	"github.com/dlock-go/dlock/fence"
@@ -69,6 +73,7 @@ type store interface {
 	plainWrite(ctx context.Context, lock string, tok uint64, v int64) error
 	controlRead(ctx context.Context, lock string) (int64, error)
 	controlWrite(ctx context.Context, lock string, v int64) error
+	control() bool         // whether the control is on this store (http: the resource's unfenced register is)
 	unsent(err error) bool // nothing reached the server
 	Close()
 }
@@ -105,8 +110,10 @@ func openGuard(ctx context.Context, ttl time.Duration) (store, error) {
 			return nil, err
 		}
 		return &redisStore{c: c, guard: g}, nil
+	case "http":
+		return &httpStore{url: *guardDSN, c: &http.Client{Timeout: ttl, Transport: &httpfence.Transport{}}}, nil
 	}
-	return nil, fmt.Errorf("-guard %q: want pg, redis or nothing", *guardName)
+	return nil, fmt.Errorf("-guard %q: want pg, redis, http or nothing", *guardName)
 }
 
 // pgStore is the fenced register and the control in PostgreSQL.
@@ -158,6 +165,8 @@ func (s *pgStore) controlWrite(ctx context.Context, lock string, v int64) error 
 	_, err := s.pool.Exec(ctx, `UPDATE register SET ctl = $2 WHERE lock = $1`, lock, v)
 	return err
 }
+
+func (s *pgStore) control() bool { return true }
 
 // unsent: no connection could be made, or pgx says nothing was sent
 // (pgconn.SafeToRetry).
@@ -214,8 +223,73 @@ func (s *redisStore) controlWrite(ctx context.Context, lock string, v int64) err
 	return s.c.Set(ctx, "ctl:"+lock, v, 0).Err()
 }
 
+func (s *redisStore) control() bool { return true }
+
 // unsent: the dial failed.
 func (s *redisStore) unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// httpStore is the resource's fenced register served behind
+// httpfence.Middleware (cmd/resource -guard http): the token goes in the
+// request's context, and httpfence.Transport sends it in its header.
+// The control is the resource's unfenced register.
+type httpStore struct {
+	url string
+	c   *http.Client
+}
+
+func (s *httpStore) Close() { s.c.CloseIdleConnections() }
+
+func (s *httpStore) do(ctx context.Context, method, lock string, tok uint64, q url.Values) (int64, error) {
+	q.Set("lock", lock)
+	ctx = fence.NewContext(ctx, fence.Token{Name: lock, Seq: tok})
+	req, err := http.NewRequestWithContext(ctx, method, s.url+"/guarded?"+q.Encode(), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return 0, err
+	}
+	text := strings.TrimSpace(string(body))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return strconv.ParseInt(text, 10, 64)
+	case http.StatusConflict:
+		return 0, fmt.Errorf("%w: %s", fence.ErrStaleToken, text)
+	}
+	return 0, fmt.Errorf("HTTP %d: %s", resp.StatusCode, text)
+}
+
+func (s *httpStore) read(ctx context.Context, lock string, tok uint64) (int64, bool, error, error) {
+	v, err := s.do(ctx, http.MethodGet, lock, tok, url.Values{})
+	return v, false, err, nil
+}
+
+func (s *httpStore) write(ctx context.Context, lock string, tok uint64, v int64) error {
+	_, err := s.do(ctx, http.MethodPost, lock, tok, url.Values{"v": {strconv.FormatInt(v, 10)}})
+	return err
+}
+
+var errNoControl = errors.New("-guard http: the control is the resource's unfenced register")
+
+func (s *httpStore) admit(context.Context, string, uint64) error { return errNoControl }
+func (s *httpStore) plainWrite(context.Context, string, uint64, int64) error {
+	return errNoControl
+}
+func (s *httpStore) controlRead(context.Context, string) (int64, error) { return 0, errNoControl }
+func (s *httpStore) controlWrite(context.Context, string, int64) error  { return errNoControl }
+func (s *httpStore) control() bool                                      { return false }
+
+// unsent: the dial failed.
+func (s *httpStore) unsent(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -133,8 +133,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("-permits %d, -rounds %d: want permits >= 1, rounds >= 0", c.permits, c.rounds)
 	case c.plant != "" && c.plant != plantFirstToken && c.plant != plantHoldForever && c.plant != plantLeakKey && c.plant != plantCheckAfterWrite:
 		return fmt.Errorf("-plant %q: want %s, %s, %s or %s", c.plant, plantFirstToken, plantHoldForever, plantLeakKey, plantCheckAfterWrite)
-	case c.plant == plantCheckAfterWrite && *guardName == "":
-		return fmt.Errorf("-plant %s needs -guard", plantCheckAfterWrite)
+	case c.plant == plantCheckAfterWrite && (*guardName == "" || *guardName == "http"):
+		return fmt.Errorf("-plant %s needs -guard pg or redis", plantCheckAfterWrite)
 	}
 	return nil
 }

@@ -51,7 +51,7 @@ func (u *use) round() {
 		}
 	}
 	if u.w.guard != nil {
-		if fenced && u.mode == "x" {
+		if fenced && u.mode == "x" && u.w.guard.control() {
 			ctl, control = u.controlRead()
 		}
 		readFenced()
