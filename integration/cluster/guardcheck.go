@@ -106,7 +106,7 @@ func (rep *Report) checkGuard(cfg Config, events []history.Event, audit, records
 	rep.Failures = append(rep.Failures, listed("guard: an acknowledged write is not in the resource (lost)", missing)...)
 	rep.Notes = append(rep.Notes, fmt.Sprintf("guard %s: %d fenced writes committed, %d refused or unsent; %d had no reply, of which %d committed", cfg.Guard, len(audit), refusedWrites, unknownWrites, unknownCommitted))
 
-	if cfg.Guard == "http" {
+	if cfg.Guard == "http" || cfg.Guard == "grpc" {
 		// The control is the resource's unfenced register: its lost
 		// updates are the resource's records of them.
 		for _, wl := range cfg.Workloads {

@@ -47,7 +47,8 @@ type Config struct {
 	// the control's counter in the same row (pg.go); "redis", a Redis
 	// server there, written through contrib/redisfence (redisguard.go);
 	// "http", the resource process's register behind
-	// contrib/httpfence's Middleware (httpguard.go).
+	// contrib/httpfence's Middleware, "grpc" behind contrib/grpcfence's
+	// interceptors (httpguard.go).
 	// "": the resource
 	// process's in-memory register.
 	Guard string
@@ -184,8 +185,11 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 		return h, fmt.Errorf("etcd: %w", err)
 	}
 	resArgs := []string{"-cap", fmt.Sprintf("dlock-semaphore=%d", cfg.Permits)}
-	if cfg.Guard == "http" {
+	switch cfg.Guard {
+	case "http":
 		resArgs = append(resArgs, "-guard", "http")
+	case "grpc":
+		resArgs = append(resArgs, "-guard", "grpc") // and -grpc: startResource
 	}
 	if err := h.startResource(sctx, resArgs...); err != nil {
 		return h, err
@@ -201,7 +205,9 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 			return h, fmt.Errorf("redis: %w", err)
 		}
 	case "http":
-		h.Guard = httpGuard{h}
+		h.Guard = resourceGuard{h, h.resURL}
+	case "grpc":
+		h.Guard = resourceGuard{h, h.resGRPC()}
 	default:
 		return h, fmt.Errorf("cluster: Guard %q: want one of %v", cfg.Guard, Guards)
 	}
@@ -249,6 +255,9 @@ func (h *Harness) startResource(ctx context.Context, extra ...string) error {
 	addr := h.ResHost.IP + ":8080"
 	h.resURL = "http://" + addr
 	args := append([]string{h.bins.resource, "-listen", addr, "-log", filepath.Join(h.Dir, "resource.jsonl")}, extra...)
+	if h.Cfg.Guard == "grpc" {
+		args = append(args, "-grpc", h.resGRPC())
+	}
 	if h.Cfg.ResourcePlant != "" {
 		args = append(args, "-plant", h.Cfg.ResourcePlant)
 	}
@@ -260,6 +269,9 @@ func (h *Harness) startResource(ctx context.Context, extra ...string) error {
 	}
 	return nil
 }
+
+// resGRPC is the resource's gRPC address (Guard "grpc").
+func (h *Harness) resGRPC() string { return h.ResHost.IP + ":9090" }
 
 // StartWorker starts a worker of workload wl in slot (pinned to member
 // slot mod 3), with clock rate rate (0: none).

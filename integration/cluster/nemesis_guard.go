@@ -7,12 +7,12 @@ import (
 )
 
 // ClassesFor returns the resource-side classes guard supports: all of
-// GuardClasses, but resource-kill for "http" (its marks are in the
-// resource's memory).
+// GuardClasses, but resource-kill for "http" and "grpc" (their marks are
+// in the resource's memory).
 func ClassesFor(guard string) []string {
 	var out []string
 	for _, c := range GuardClasses {
-		if c != "resource-kill" || guard != "http" {
+		if c != "resource-kill" || guard != "http" && guard != "grpc" {
 			out = append(out, c)
 		}
 	}
@@ -29,8 +29,8 @@ func (n *nemesis) resourceFault(ctx context.Context, f *Fault, pick int) (func()
 	if pg == nil {
 		return nil, fmt.Errorf("%s needs a guard (Config.Guard)", f.Class)
 	}
-	if f.Class == "resource-kill" && h.Cfg.Guard == "http" {
-		return nil, fmt.Errorf("%s: the http guard's marks are in the resource's memory (a fence.MemoryGuard): a kill forgets them", f.Class)
+	if f.Class == "resource-kill" && (h.Cfg.Guard == "http" || h.Cfg.Guard == "grpc") {
+		return nil, fmt.Errorf("%s: the %s guard's marks are in the resource's memory (a fence.MemoryGuard): a kill forgets them", f.Class, h.Cfg.Guard)
 	}
 	phase := "inside"
 	if f.Class == "resource-cut" {

@@ -212,7 +212,7 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 		return err
 	}
 	var audit []history.Record
-	if cfg.Guard == "http" {
+	if cfg.Guard == "http" || cfg.Guard == "grpc" {
 		// The resource process is the guarded server: its log is the
 		// record of what it admitted.
 		for _, r := range records {

@@ -48,7 +48,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/dlock-go/dlock/contrib/grpcfence"
 	"github.com/dlock-go/dlock/contrib/httpfence"
 	"github.com/dlock-go/dlock/contrib/pgfence"
 	"github.com/dlock-go/dlock/contrib/redisfence"
@@ -112,8 +116,16 @@ func openGuard(ctx context.Context, ttl time.Duration) (store, error) {
 		return &redisStore{c: c, guard: g}, nil
 	case "http":
 		return &httpStore{url: *guardDSN, c: &http.Client{Timeout: ttl, Transport: &httpfence.Transport{}}}, nil
+	case "grpc":
+		conn, err := grpc.NewClient(*guardDSN,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithUnaryInterceptor(grpcfence.UnaryClientInterceptor()))
+		if err != nil {
+			return nil, err
+		}
+		return &grpcStore{conn: conn}, nil
 	}
-	return nil, fmt.Errorf("-guard %q: want pg, redis, http or nothing", *guardName)
+	return nil, fmt.Errorf("-guard %q: want pg, redis, http, grpc or nothing", *guardName)
 }
 
 // pgStore is the fenced register and the control in PostgreSQL.
@@ -278,7 +290,7 @@ func (s *httpStore) write(ctx context.Context, lock string, tok uint64, v int64)
 	return err
 }
 
-var errNoControl = errors.New("-guard http: the control is the resource's unfenced register")
+var errNoControl = errors.New("-guard http, grpc: the control is the resource's unfenced register")
 
 func (s *httpStore) admit(context.Context, string, uint64) error { return errNoControl }
 func (s *httpStore) plainWrite(context.Context, string, uint64, int64) error {
@@ -293,6 +305,45 @@ func (s *httpStore) unsent(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
+
+// grpcStore is the resource's register service behind grpcfence's
+// interceptors (cmd/resource -guard grpc): the token goes in the call's
+// context, and grpcfence's client interceptor sends it in its metadata
+// and turns a stale-token status back into fence.ErrStaleToken. The
+// control is the resource's unfenced register.
+type grpcStore struct{ conn *grpc.ClientConn }
+
+func (s *grpcStore) Close() { s.conn.Close() }
+
+func (s *grpcStore) call(ctx context.Context, method, lock string, tok uint64, arg string) (int64, error) {
+	ctx = fence.NewContext(ctx, fence.Token{Name: lock, Seq: tok})
+	out := new(wrapperspb.Int64Value)
+	if err := s.conn.Invoke(ctx, "/dlock.cluster.Register/"+method, wrapperspb.String(arg), out); err != nil {
+		return 0, err
+	}
+	return out.GetValue(), nil
+}
+
+func (s *grpcStore) read(ctx context.Context, lock string, tok uint64) (int64, bool, error, error) {
+	v, err := s.call(ctx, "Read", lock, tok, lock)
+	return v, false, err, nil
+}
+
+func (s *grpcStore) write(ctx context.Context, lock string, tok uint64, v int64) error {
+	_, err := s.call(ctx, "Write", lock, tok, fmt.Sprintf("%s=%d", lock, v))
+	return err
+}
+
+func (s *grpcStore) admit(context.Context, string, uint64) error { return errNoControl }
+func (s *grpcStore) plainWrite(context.Context, string, uint64, int64) error {
+	return errNoControl
+}
+func (s *grpcStore) controlRead(context.Context, string) (int64, error) { return 0, errNoControl }
+func (s *grpcStore) controlWrite(context.Context, string, int64) error  { return errNoControl }
+func (s *grpcStore) control() bool                                      { return false }
+
+// unsent: gRPC does not say whether a failed call was sent.
+func (s *grpcStore) unsent(error) bool { return false }
 
 // guardFenced reads the fenced register through the guard, or writes v
 // to it, and records the op.
