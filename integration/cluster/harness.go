@@ -48,7 +48,7 @@ type Config struct {
 	// server there, written through contrib/redisfence (redisguard.go);
 	// "http", the resource process's register behind
 	// contrib/httpfence's Middleware, "grpc" behind contrib/grpcfence's
-	// interceptors (httpguard.go).
+	// interceptors (resourceguard.go).
 	// "": the resource
 	// process's in-memory register.
 	Guard string
