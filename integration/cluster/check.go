@@ -321,7 +321,9 @@ const LinearizableTimeout = 60 * time.Second
 // Call and Ret, under the guard's rule. The register's state is (mark,
 // value), initially (0, 0):
 //
-//   - read(tok): tok < mark: "stale"; else "ok" with value.
+//   - read(tok): tok < mark: "stale"; else "ok" with value (and, when the
+//     guard admits a read as it admits a write, Event.Raise: pgfence, the
+//     mark becomes tok).
 //   - write(tok, v): tok < mark: "stale"; else "ok" and the state becomes
 //     (tok, v).
 //
@@ -375,6 +377,8 @@ func linearizable(workload string, events []history.Event, timeout time.Duration
 // fencedInput is an op on the fenced register, as the worker sent it.
 type fencedInput struct {
 	Read  bool
+	Raise bool // an admitted read raises the mark (history.Event.Raise)
+	Blind bool // a read whose value is not known (history.Event.Blind)
 	Tok   uint64
 	Value int64 // the value written (writes only)
 }
@@ -403,10 +407,10 @@ type fencedMeta struct {
 func fencedOps(workload string, events []history.Event) []porcupine.Operation {
 	var hist []porcupine.Operation
 	for _, e := range events {
-		if e.Kind != history.Op || e.Reg != history.Fenced || e.Workload != workload || e.Tok == 0 {
-			continue
+		if e.Kind != history.Op || e.Reg != history.Fenced || e.Workload != workload || e.Tok == 0 || e.Result == history.Unsent {
+			continue // an op that never reached the register did nothing
 		}
-		in := fencedInput{Read: e.Read, Tok: e.Tok}
+		in := fencedInput{Read: e.Read, Raise: e.Read && e.Raise, Blind: e.Read && e.Blind, Tok: e.Tok}
 		if !e.Read {
 			in.Value = e.Value
 		}
@@ -439,7 +443,11 @@ func fencedOps(workload string, events []history.Event) []porcupine.Operation {
 // verdict:
 //
 //   - A read changes nothing and the model accepts any value it read: it
-//     returns at its Call (there is always room for it there).
+//     returns at its Call (there is always room for it there). A read that
+//     raises the mark (Raise) changes only the mark: once an op admitted
+//     with its token or a higher one (or refused with its token or a
+//     higher one) has returned, it is a no-op wherever it is placed, and
+//     it returns at the earliest such return (or its own Call).
 //   - A write of tok: once an op O has shown the mark above tok (a write
 //     of a higher token admitted, or an op of tok or higher refused), the
 //     write is refused wherever it is placed, as if it never arrived. It
@@ -455,7 +463,7 @@ func pendingReturns(hist []porcupine.Operation) {
 	for _, op := range hist {
 		in, out := op.Input.(fencedInput), op.Output.(fencedOutput)
 		switch {
-		case out.Result == "ok" && !in.Read:
+		case out.Result == "ok" && (!in.Read || in.Raise):
 			admitted = append(admitted, mark{in.Tok, op.Return})
 		case out.Result == "stale":
 			refused = append(refused, mark{in.Tok, op.Return})
@@ -481,8 +489,13 @@ func pendingReturns(hist []porcupine.Operation) {
 		}
 		in := op.Input.(fencedInput)
 		ret := op.Call
-		if !in.Read {
+		switch {
+		case !in.Read:
 			ret = max(op.Call, min(higherAdmitted(in.Tok+1), refusedAtLeast(in.Tok)))
+		case in.Raise:
+			// It may have raised the mark to tok, and does nothing once
+			// an op admitted with tok or higher has.
+			ret = max(op.Call, min(higherAdmitted(in.Tok), refusedAtLeast(in.Tok)))
 		}
 		hist[i].Return = ret
 	}
@@ -496,8 +509,11 @@ var fencedModel = porcupine.Model{
 		s, in, out := state.(fencedState), input.(fencedInput), output.(fencedOutput)
 		stale := in.Tok < s.Mark
 		next := s
-		if !stale && !in.Read {
+		switch {
+		case !stale && !in.Read:
 			next = fencedState{Mark: in.Tok, Value: in.Value}
+		case !stale && in.Raise:
+			next.Mark = in.Tok
 		}
 		switch out.Result {
 		case "":
@@ -509,7 +525,7 @@ var fencedModel = porcupine.Model{
 				return false, s
 			}
 			if in.Read {
-				return out.Value == s.Value, s
+				return in.Blind || out.Value == s.Value, next
 			}
 			return true, next
 		}
@@ -525,7 +541,7 @@ var fencedModel = porcupine.Model{
 		switch {
 		case res == "":
 			res = "unknown"
-		case res == "ok" && in.Read:
+		case res == "ok" && in.Read && !in.Blind:
 			res = fmt.Sprintf("ok %d", out.Value)
 		}
 		if in.Read {

@@ -406,6 +406,28 @@ func TestLinearizable(t *testing.T) {
 		assert.True(t, ok)
 		assert.Zero(t, n)
 	})
+	t.Run("RaisingReads", func(t *testing.T) {
+		// pgfence admits a read as a write: w2's read at tok 5 raises the
+		// mark, so w1's later write at tok 2 is refused even though no
+		// write of tok 5 came before it.
+		raise := func(e history.Event) history.Event { e.Raise = true; return e }
+		ok, info := check(t,
+			write(1, 2, 1, "ok", 0, 2),
+			raise(read(2, 5, 1, "ok", 3, 4)),
+			write(1, 2, 2, "stale", 5, 6),
+			raise(read(1, 2, 0, "error", 7, 0)), // pending: may have done nothing
+			raise(read(2, 5, 1, "ok", 8, 9)),
+			history.Event{W: 3, Workload: wl, G: 1, Kind: history.Op, Reg: history.Fenced, Tok: 1, Value: 7, Result: history.Unsent, Call: at(10), Ret: at(11)}, // never sent: not an op
+		)
+		assert.True(t, ok, info)
+		// Without Raise, the model admits that write: the guard refused a
+		// current token.
+		ok, _ = check(t, write(1, 2, 1, "ok", 0, 2), read(2, 5, 1, "ok", 3, 4), write(1, 2, 2, "stale", 5, 6))
+		assert.False(t, ok)
+		// With it, a lower write admitted after the raising read is caught.
+		ok, _ = check(t, write(1, 2, 1, "ok", 0, 2), raise(read(2, 5, 1, "ok", 3, 4)), write(1, 2, 2, "ok", 5, 6))
+		assert.False(t, ok)
+	})
 	t.Run("StaleWriteAdmitted", func(t *testing.T) {
 		ok, info := check(t,
 			write(2, 5, 1, "ok", 0, 2),
@@ -534,11 +556,24 @@ func TestLinearizablePendingReturns(t *testing.T) {
 		op(false, 3, "", 30, 0),      // pending, sent after the refusal: at its call
 		op(false, 5, "error", 1, 0),  // equal token admitted does not end it; 4 refused does not
 	})
+	raising := func(tok uint64, call int64) history.Event {
+		e := op(true, tok, "error", call, 0)
+		e.Raise = true
+		return e
+	}
+	// A pending read that raises the mark ends where an op admitted with
+	// its token or a higher one returned (an equal token ends it).
+	hist = append(hist, fencedOps("mutex", []history.Event{
+		op(false, 5, "ok", 10, 20),
+		raising(5, 12), // at 20
+		raising(6, 13), // nothing at 6 or above: after everything
+		raising(4, 25), // mark 5 shown before its call: at its call
+	})[1:]...)
 	var got []int64
 	for _, o := range hist {
 		got = append(got, o.Return)
 	}
-	assert.Equal(t, []int64{15, 20, 15, 7, math.MaxInt64, 30, math.MaxInt64}, got)
+	assert.Equal(t, []int64{15, 20, 15, 7, math.MaxInt64, 30, math.MaxInt64, 20, math.MaxInt64, 25}, got)
 }
 
 // TestLinearizableScale checks a correct run-sized history (5000 grants,

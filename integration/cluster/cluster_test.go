@@ -118,7 +118,8 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
-// TestSoak is the long run: DLOCK_SOAK=30m (a duration) turns it on.
+// TestSoak is the long run: DLOCK_SOAK=30m (a duration) turns it on;
+// DLOCK_SOAK_GUARD=pg puts the fenced register behind that guard.
 func TestSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("DLOCK_SOAK"))
 	if err != nil || d <= 0 {
@@ -135,7 +136,15 @@ func TestSoak(t *testing.T) {
 	if s := os.Getenv("DLOCK_SOAK_MEMBERS"); s != "" {
 		members, _ = strconv.Atoi(s)
 	}
-	rep := runCluster(t, ctx, Config{Seed: seed(t, 20261206), Duration: d, Lossy: true, PerWorkload: per, Members: members})
+	cfg := Config{Seed: seed(t, 20261206), Duration: d, Lossy: true, PerWorkload: per, Members: members}
+	if guard := os.Getenv("DLOCK_SOAK_GUARD"); guard != "" {
+		// The fenced register behind a guard (Guards), and the
+		// resource-side faults beside etcd's.
+		needGuard(t, guard)
+		cfg.Guard = guard
+		cfg.Classes = append(append([]string(nil), EtcdClasses...), ClassesFor(guard)...)
+	}
+	rep := runCluster(t, ctx, cfg)
 	verdict(t, rep)
 }
 

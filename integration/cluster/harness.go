@@ -46,6 +46,18 @@ type Config struct {
 	// name and a second one; default 1/4 (a mutex: 1/4 tries, 1/4 LockAll);
 	// negative: none.
 	Try float64
+
+	// Guard puts a real resource behind the guard users deploy in front
+	// of the fenced register (one of Guards): "pg", a PostgreSQL server
+	// in the resource's namespace, written through contrib/pgfence, with
+	// the control's counter in the same row (pg.go); "redis", a Redis
+	// server there, written through contrib/redisfence (redisguard.go);
+	// "http", the resource process's register behind
+	// contrib/httpfence's Middleware, "grpc" behind contrib/grpcfence's
+	// interceptors (resourceguard.go).
+	// "": the resource
+	// process's in-memory register.
+	Guard string
 }
 
 func (c *Config) defaults() {
@@ -98,6 +110,7 @@ type Harness struct {
 	Resource *Proc
 	ResHost  *Host
 	resURL   string
+	Guard    GuardServer // the guard's server (Config.Guard); nil without one
 
 	bins bins
 
@@ -106,6 +119,8 @@ type Harness struct {
 	servers []*Proc   // a Redis run's servers, every process ever started
 	nextID  int
 	closed  bool
+
+	cleanups []func() // run by Close, after every process is gone
 }
 
 // Worker is one worker process.
@@ -181,8 +196,32 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	if err != nil {
 		return h, fmt.Errorf("etcd: %w", err)
 	}
-	if err := h.startResource(sctx, "-cap", fmt.Sprintf("dlock-semaphore=%d", cfg.Permits)); err != nil {
+	resArgs := []string{"-cap", fmt.Sprintf("dlock-semaphore=%d", cfg.Permits)}
+	switch cfg.Guard {
+	case "http":
+		resArgs = append(resArgs, "-guard", "http")
+	case "grpc":
+		resArgs = append(resArgs, "-guard", "grpc") // and -grpc: startResource
+	}
+	if err := h.startResource(sctx, resArgs...); err != nil {
 		return h, err
+	}
+	switch cfg.Guard {
+	case "":
+	case "pg":
+		if h.Guard, err = h.startPG(sctx, h.ResHost); err != nil {
+			return h, fmt.Errorf("postgres: %w", err)
+		}
+	case "redis":
+		if h.Guard, err = h.startRedisGuard(sctx, h.ResHost); err != nil {
+			return h, fmt.Errorf("redis: %w", err)
+		}
+	case "http":
+		h.Guard = resourceGuard{h, h.resURL}
+	case "grpc":
+		h.Guard = resourceGuard{h, h.resGRPC()}
+	default:
+		return h, fmt.Errorf("cluster: Guard %q: want one of %v", cfg.Guard, Guards)
 	}
 	for _, wl := range cfg.Workloads {
 		for slot := range cfg.PerWorkload {
@@ -228,6 +267,9 @@ func (h *Harness) startResource(ctx context.Context, extra ...string) error {
 	addr := h.ResHost.IP + ":8080"
 	h.resURL = "http://" + addr
 	args := append([]string{h.bins.resource, "-listen", addr, "-log", filepath.Join(h.Dir, "resource.jsonl")}, extra...)
+	if h.Cfg.Guard == "grpc" {
+		args = append(args, "-grpc", h.resGRPC())
+	}
 	if h.Cfg.ResourcePlant != "" {
 		args = append(args, "-plant", h.Cfg.ResourcePlant)
 	}
@@ -239,6 +281,9 @@ func (h *Harness) startResource(ctx context.Context, extra ...string) error {
 	}
 	return nil
 }
+
+// resGRPC is the resource's gRPC address (Guard "grpc").
+func (h *Harness) resGRPC() string { return h.ResHost.IP + ":9090" }
 
 // StartWorker starts a worker of workload wl in slot (pinned to member
 // slot mod the members), with clock rate rate (0: none).
@@ -270,6 +315,9 @@ func (h *Harness) launch(wl string, slot int, rate float64, m *Member, host *Hos
 	}, extra...)
 	if h.Cfg.WorkerPlant != "" {
 		args = append(args, "-plant", h.Cfg.WorkerPlant)
+	}
+	if h.Guard != nil {
+		args = append(args, "-guard", h.Cfg.Guard, "-guard-dsn", h.Guard.DSN())
 	}
 	var env []string
 	if h.Cfg.Plant != "" {
@@ -400,7 +448,7 @@ func (h *Harness) Close() error {
 		return nil
 	}
 	h.closed = true
-	ws, servers := h.workers, h.servers
+	ws, servers, cleanups := h.workers, h.servers, h.cleanups
 	h.mu.Unlock()
 	defer unregister(h)
 	var errs []error
@@ -422,6 +470,9 @@ func (h *Harness) Close() error {
 	}
 	if h.Net != nil {
 		errs = append(errs, h.Net.Close())
+	}
+	for _, f := range cleanups {
+		f()
 	}
 	return errors.Join(errs...)
 }

@@ -86,6 +86,12 @@ func (n *nemesis) inject(ctx context.Context, f *Fault) {
 		d = h.Cfg.TTL + time.Second + n.duration(0, 1)
 	case "compact", "move-leader":
 		d = 0
+	case "resource-kill":
+		d = n.duration(0.5, 1)
+	case "resource-stall":
+		d = h.Cfg.TTL + time.Second + n.duration(0, 1)
+	case "resource-cut":
+		d = n.duration(1, 2)
 	default:
 		d = n.duration(1, 3)
 	}
@@ -245,6 +251,8 @@ func (n *nemesis) begin(ctx context.Context, f *Fault, pick int) (func() error, 
 		return func() error { return w.Proc.Signal(syscall.SIGCONT) }, nil
 	case "compact":
 		return nil, n.compact(ctx, f)
+	case "resource-kill", "resource-stall", "resource-cut":
+		return n.resourceFault(ctx, f, pick) // nemesis_guard.go
 	case "snapshot":
 		m := follower(leader())
 		f.Targets = []string{m.Name}

@@ -24,6 +24,22 @@ func TestPlanted(t *testing.T) {
 		cfg:    Config{Plant: "skip-check", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 		expect: "fenced register not linearizable",
 	}, {
+		// A guard whose check comes after the write (pgfence's Admit with
+		// the write outside its transaction): a holder paused inside its
+		// section resumes and writes with its stale token, and the write
+		// commits before the check refuses it. The audit committed with
+		// the write shows it.
+		name:   "check-after-write",
+		cfg:    Config{Guard: "pg", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+		expect: "fenced register admitted a stale write",
+	}, {
+		// The same behind redisfence: a plain SET, then Admit (its
+		// limit: only Set checks and writes in one script). The AOF
+		// shows the write.
+		name:   "check-after-write-redis",
+		cfg:    Config{Guard: "redis", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+		expect: "fenced register admitted a stale write",
+	}, {
 		name:   "skip-check",
 		cfg:    Config{Plant: "skip-check", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 		expect: "Done after a successor's grant",
@@ -68,6 +84,9 @@ func TestPlanted(t *testing.T) {
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if c.cfg.Guard != "" {
+				needGuard(t, c.cfg.Guard)
+			}
 			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 			defer cancel()
 			cfg := c.cfg

@@ -22,10 +22,11 @@ type Report struct {
 	Dir      string
 	Faults   []Fault
 	Rows     []Row
-	ByClass  []Row    // the same figures per backend and fault class
-	Failures []string // each a checker's verdict; empty: the run passed
-	Notes    []string // observations that are not failures
-	Exempted []string // every excused violation, with its evidence
+	ByClass  []Row     // the same figures per backend and fault class
+	Failures []string  // each a checker's verdict; empty: the run passed
+	Notes    []string  // observations that are not failures
+	Exempted []string  // every excused violation, with its evidence
+	Controls []Control // a guard run's control on the real resource, per fenced workload
 }
 
 // Row is one workload's line of the table.
@@ -59,10 +60,14 @@ func Run(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, e
 	defer h.Close()
 	rng := newRNG(cfg.Seed)
 	nem := &nemesis{h: h, rng: rng, log: logf}
-	return runner{
+	r := runner{
 		h: h, rng: rng, logf: logf, inject: nem.inject,
 		leftovers: h.Leftovers, store: "etcd", close: h.Close, check: (*Report).check,
-	}.run(ctx)
+	}
+	if h.Guard != nil {
+		r.collect = h.Guard.collect
+	}
+	return r.run(ctx)
 }
 
 func newRNG(seed int64) *rand.Rand { return rand.New(rand.NewPCG(uint64(seed), 0x646c6f636b)) }
@@ -78,6 +83,7 @@ type runner struct {
 	store     string // what leftovers reads, for its error
 	close     func() error
 	check     func(rep *Report, cfg Config, end int64, slowClocks []int) error
+	collect   func(context.Context) error // reads the guard's resource into the artifacts (nil: no guard)
 }
 
 func (r runner) run(ctx context.Context) (*Report, error) {
@@ -123,6 +129,11 @@ func (r runner) run(ctx context.Context) (*Report, error) {
 	}
 	for _, l := range left {
 		rep.Failures = append(rep.Failures, "nothing left: "+l)
+	}
+	if r.collect != nil {
+		if err := r.collect(ctx); err != nil {
+			rep.Failures = append(rep.Failures, "guard: cannot read the resource: "+err.Error())
+		}
 	}
 	if err := h.Resource.Stop(5 * time.Second); err != nil {
 		rep.Failures = append(rep.Failures, "resource: "+err.Error())
@@ -200,6 +211,23 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 	records, err := history.ReadLines[history.Record](filepath.Join(rep.Dir, "resource.jsonl"))
 	if err != nil && !os.IsNotExist(err) {
 		return err
+	}
+	var audit []history.Record
+	if cfg.Guard == "http" || cfg.Guard == "grpc" {
+		// The resource process is the guarded server: its log is the
+		// record of what it admitted.
+		for _, r := range records {
+			if r.Kind == history.Write {
+				audit = append(audit, r)
+			}
+		}
+	} else if cfg.Guard != "" {
+		// What the guard admitted: the fenced register's writes (the
+		// resource process's log has none).
+		if audit, err = history.ReadLines[history.Record](filepath.Join(rep.Dir, "audit.jsonl")); err != nil {
+			rep.Failures = append(rep.Failures, "guard: no audit of the admitted writes: "+err.Error())
+		}
+		records = append(records, audit...)
 	}
 	measured := cfg.redis()
 	verdict := func(vs ...string) {
@@ -360,6 +388,9 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 		rep.Rows = append(rep.Rows, row)
 	}
 	rep.ByClass = classes.rows
+	if cfg.Guard != "" {
+		rep.checkGuard(cfg, events, audit, records)
+	}
 	return nil
 }
 

@@ -45,10 +45,20 @@ const (
 	Released = "released"
 )
 
+// Unsent is the Result of an op that never reached the resource (no
+// connection could be made): it had no effect.
+const Unsent = "unsent"
+
 // Registers at the resource.
 const (
 	Fenced   = "fenced"   // checks the token: the guard under test
 	Unfenced = "unfenced" // the control: no check at all
+	// Control is, in a run with a guard (a real resource), the control
+	// on that resource: a counter in the fenced register's row, read and
+	// then written (read + 1) without the guard. A write's Value is what
+	// it wrote; the checker counts the acknowledged ones against the
+	// counter's final value (lost updates).
+	Control = "control"
 )
 
 // Event is one line of a worker's history.
@@ -68,9 +78,18 @@ type Event struct {
 	Reg    string `json:"reg,omitempty"`
 	Read   bool   `json:"read,omitempty"` // a read (else a write)
 	Value  int64  `json:"v,omitempty"`    // value read, or written
-	Result string `json:"res,omitempty"`  // "ok", "stale" (refused by the guard), "error"
+	Result string `json:"res,omitempty"`  // "ok", "stale" (refused by the guard), "error" (outcome unknown), Unsent
 	Call   int64  `json:"call,omitempty"`
 	Ret    int64  `json:"ret,omitempty"`
+	// Raise: the guard admits a read as it admits a write, raising the
+	// mark to the read's token (pgfence: every admitted transaction
+	// raises it). Without it a read leaves the mark (fence.MemoryGuard's
+	// rule in cmd/resource).
+	Raise bool `json:"raise,omitempty"`
+	// Blind: a read whose value is not known (redisfence's Admit alone:
+	// the value is read after it, in a separate command); only whether
+	// it was admitted is checked.
+	Blind bool `json:"blind,omitempty"`
 
 	// End fields.
 	How      string `json:"how,omitempty"`

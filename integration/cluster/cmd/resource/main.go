@@ -14,7 +14,7 @@
 //
 // Usage:
 //
-//	resource -listen 10.0.0.2:8080 -log run/resource.jsonl [-cap dlock-semaphore=2] [-plant admit-lower]
+//	resource -listen 10.0.0.2:8080 -log run/resource.jsonl [-cap dlock-semaphore=2] [-plant admit-lower] [-guard http | -guard grpc -grpc 10.0.0.2:9090]
 //
 // It prints "LISTEN <addr>" on stdout once it accepts connections, and
 // exits 0 on SIGTERM or SIGINT after closing the log (1 on any other
@@ -39,10 +39,25 @@
 //
 // The plant admit-lower makes the fenced register admit every token (the
 // mark still only rises): a broken guard, for checking the checkers.
+//
+// With -guard http the fenced register is also served behind
+// contrib/httpfence's Middleware (a fence.MemoryGuard admits the token the
+// request's Dlock-Fence-Token header carries; 409 when stale), as an
+// application serves a fenced endpoint:
+//
+//	GET  /guarded?lock=L                 the token from the header: as GET /fenced
+//	POST /guarded?lock=L&v=V             as POST /fenced
+//
+// The handler takes the token from the request's context and checks it
+// again under the registers' lock, atomically with the write, as
+// httpfence's documentation asks (the middleware's admission alone is
+// not atomic with the handler). With -guard grpc the same register is
+// served over gRPC behind grpcfence's interceptors (grpc.go).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -56,6 +71,10 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/dlock-go/dlock/contrib/httpfence"
+	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/integration/cluster/history"
 )
 
@@ -64,16 +83,21 @@ func main() {
 	logPath := flag.String("log", "resource.jsonl", "path of the history.Record JSONL log")
 	plant := flag.String("plant", "", "planted bug: admit-lower (the fenced register admits every token)")
 	caps := flag.String("cap", "", "shared-occupancy caps, LOCK=N,... (default unlimited)")
+	guard := flag.String("guard", "", `"http": serve /guarded behind httpfence.Middleware; "grpc": serve the register service behind grpcfence's interceptors on -grpc`)
+	grpcListen := flag.String("grpc", "", "address to serve gRPC on (-guard grpc)")
 	flag.Parse()
+	if *guard != "" && *guard != "http" && (*guard != "grpc" || *grpcListen == "") {
+		log.Fatalf("-guard %q: want http, grpc (with -grpc) or nothing", *guard)
+	}
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix("resource: ")
-	if err := run(*listen, *logPath, *plant, *caps); err != nil {
+	if err := run(*listen, *logPath, *plant, *caps, *guard, *grpcListen); err != nil {
 		log.Print(err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, logPath, plant, caps string) error {
+func run(listen, logPath, plant, caps, guard, grpcListen string) error {
 	if plant != "" && plant != "admit-lower" {
 		return fmt.Errorf("-plant %q: want admit-lower or nothing", plant)
 	}
@@ -89,6 +113,20 @@ func run(listen, logPath, plant, caps string) error {
 		return err
 	}
 	r := newResource(lw, capOf, plant == "admit-lower")
+	if guard == "http" {
+		r.guarded(fence.NewMemoryGuard())
+	}
+	var gs *grpc.Server
+	if guard == "grpc" {
+		gln, err := net.Listen("tcp", grpcListen)
+		if err != nil {
+			lw.Close()
+			return err
+		}
+		gs = r.grpcServer(fence.NewMemoryGuard())
+		go gs.Serve(gln) //nolint:errcheck // ends with Stop
+		log.Printf("gRPC on %s", gln.Addr())
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		lw.Close()
@@ -111,6 +149,9 @@ func run(listen, logPath, plant, caps string) error {
 	defer cancel()
 	if e := srv.Shutdown(sctx); err == nil && e != nil {
 		err = e
+	}
+	if gs != nil {
+		gs.Stop()
 	}
 	if e := lw.Close(); err == nil {
 		err = e
@@ -183,6 +224,30 @@ func newResource(lw *history.Writer, caps map[string]int, admitLower bool) *reso
 	return r
 }
 
+// guarded serves the fenced register behind httpfence.Middleware(g) too.
+func (r *resource) guarded(g fence.Guard) {
+	mw := httpfence.Middleware(g)
+	r.mux.Handle("GET /guarded", mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serveGuarded(w, req, false) })))
+	r.mux.Handle("POST /guarded", mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serveGuarded(w, req, true) })))
+}
+
+// serveGuarded is serveFenced with the token the middleware admitted.
+func (r *resource) serveGuarded(w http.ResponseWriter, req *http.Request, write bool) {
+	tok, ok := fence.FromContext(req.Context())
+	if !ok {
+		http.Error(w, "no token in the request's context", http.StatusInternalServerError)
+		return
+	}
+	q := req.URL.Query()
+	q.Set("tok", strconv.FormatUint(tok.Seq, 10))
+	if q.Get("lock") != tok.Name {
+		http.Error(w, fmt.Sprintf("lock %q, token of %q", q.Get("lock"), tok.Name), http.StatusBadRequest)
+		return
+	}
+	req.URL.RawQuery = q.Encode()
+	r.serveFenced(w, req, write)
+}
+
 func (r *resource) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.ServeHTTP(w, req) }
 
 // record appends rec to the log; r.mu is held. A failed write is
@@ -218,22 +283,37 @@ func (r *resource) serveFenced(w http.ResponseWriter, req *http.Request, write b
 	if q.bad(w) {
 		return
 	}
+	value, mark, err := r.fencedOp(name, tok, write, v)
+	switch {
+	case errors.Is(err, errStale):
+		http.Error(w, fmt.Sprintf("stale token %d < %d", tok, mark), http.StatusConflict)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		fmt.Fprint(w, value)
+	}
+}
+
+var errStale = errors.New("stale token")
+
+// fencedOp applies one op to the fenced register of name: a token below
+// its mark is refused (errStale, with the mark); else a read returns the
+// value, a write sets mark and value and records the write.
+func (r *resource) fencedOp(name string, tok uint64, write bool, v int64) (value int64, mark uint64, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	reg := r.fencedReg(name)
 	if !r.admits(tok, reg.mark) {
-		http.Error(w, fmt.Sprintf("stale token %d < %d", tok, reg.mark), http.StatusConflict)
-		return
+		return 0, reg.mark, errStale
 	}
 	if write {
 		reg.mark = max(reg.mark, tok)
 		reg.value = v
 		if err := r.record(history.Record{Kind: history.Write, Lock: name, T: history.Now(), Tok: tok, Value: v}); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
+			return 0, reg.mark, err
 		}
 	}
-	fmt.Fprint(w, reg.value)
+	return reg.value, reg.mark, nil
 }
 
 func (r *resource) enter(w http.ResponseWriter, req *http.Request) {

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dlock-go/dlock/contrib/httpfence"
+	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/integration/cluster/history"
 )
 
@@ -231,4 +233,55 @@ func withoutT(t *testing.T, recs []history.Record) []history.Record {
 		recs[i].T = 0
 	}
 	return recs
+}
+
+// The fenced register behind httpfence.Middleware (-guard http): the token
+// comes in httpfence's header, a stale one gets 409 from the middleware
+// or from the handler's own check, a missing one 428; admitted writes
+// are logged as /fenced's are.
+func TestGuarded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "resource.jsonl")
+	lw, err := history.Create(path)
+	require.NoError(t, err)
+	r := newResource(lw, nil, false)
+	r.guarded(fence.NewMemoryGuard())
+	srv := httptest.NewServer(r)
+	cli := &http.Client{Timeout: 10 * time.Second, Transport: &httpfence.Transport{}}
+	defer func() {
+		cli.CloseIdleConnections()
+		srv.Close()
+		assert.NoError(t, lw.Close())
+	}()
+	do := func(method string, tok uint64, q string) (int, string) {
+		t.Helper()
+		ctx := t.Context()
+		if tok != 0 {
+			ctx = fence.NewContext(ctx, fence.Token{Name: "L", Seq: tok})
+		}
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+"/guarded?lock=L"+q, nil)
+		require.NoError(t, err)
+		resp, err := cli.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, strings.TrimSpace(string(body))
+	}
+	c, b := do(http.MethodPost, 5, "&v=1")
+	assert.Equal(t, http.StatusOK, c, b)
+	c, b = do(http.MethodGet, 5, "")
+	assert.Equal(t, []any{http.StatusOK, "1"}, []any{c, b})
+	c, _ = do(http.MethodPost, 4, "&v=2")
+	assert.Equal(t, http.StatusConflict, c)
+	c, _ = do(http.MethodGet, 0, "")
+	assert.Equal(t, http.StatusPreconditionRequired, c)
+	// The middleware admitted 7 (a read raises its mark), the register's
+	// mark is still 5: a write of 6 is refused by the middleware.
+	c, _ = do(http.MethodGet, 7, "")
+	assert.Equal(t, http.StatusOK, c)
+	c, _ = do(http.MethodPost, 6, "&v=3")
+	assert.Equal(t, http.StatusConflict, c)
+	recs, err := history.ReadLines[history.Record](path)
+	require.NoError(t, err)
+	assert.Equal(t, []history.Record{{Kind: history.Write, Lock: "L", T: recs[0].T, Tok: 5, Value: 1}}, recs)
 }

@@ -29,6 +29,11 @@
 //	first-token   every grant after the first records and presents the first grant's token (a stale token)
 //	hold-forever  the first grant is held (and used) until SIGTERM or its loss, never released before
 //	leak-key      at start, put the key dlock/leak/w<ID> without a lease, and never delete it
+//	check-after-write  (-guard) the fenced write lands, without the guard, before the guard checks the token
+//
+// With -guard pg or redis (and -guard-dsn) the fenced register is on that
+// server, written through contrib/pgfence or contrib/redisfence, beside
+// the control's counter (guard.go).
 //
 // On SIGTERM or SIGINT it stops acquiring, ends the current grant (cuts
 // its hold short and releases it), closes its session and history and
@@ -130,8 +135,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("-try %v: want a share in [0, 1] (at most 0.5 for the mutex: as much again goes to LockAll)", c.try)
 	case c.permits < 1 || c.rounds < 0:
 		return fmt.Errorf("-permits %d, -rounds %d: want permits >= 1, rounds >= 0", c.permits, c.rounds)
-	case c.plant != "" && c.plant != plantFirstToken && c.plant != plantHoldForever && c.plant != plantLeakKey:
-		return fmt.Errorf("-plant %q: want %s, %s or %s", c.plant, plantFirstToken, plantHoldForever, plantLeakKey)
+	case c.plant != "" && c.plant != plantFirstToken && c.plant != plantHoldForever && c.plant != plantLeakKey && c.plant != plantCheckAfterWrite:
+		return fmt.Errorf("-plant %q: want %s, %s, %s or %s", c.plant, plantFirstToken, plantHoldForever, plantLeakKey, plantCheckAfterWrite)
+	case c.plant == plantCheckAfterWrite && *guardName != "pg" && *guardName != "redis":
+		return fmt.Errorf("-plant %s needs -guard pg or redis", plantCheckAfterWrite)
 	}
 	return nil
 }
@@ -179,12 +186,18 @@ func run(c config) (err error) {
 		ends: watchSessionEnds(),
 	}
 	defer w.http.CloseIdleConnections()
+	if w.guard, err = openGuard(stop, c.ttl); err != nil {
+		return err
+	}
+	if w.guard != nil {
+		defer w.guard.Close()
+	}
 	if c.plant == plantLeakKey {
 		if err := w.leakKey(stop); err != nil {
 			return err
 		}
 	}
-	log.Printf("%s on %q, ttl %v, hold %v, rounds %d, plant %q", c.workload, c.lock, c.ttl, c.hold, c.rounds, c.plant)
+	log.Printf("%s on %q, ttl %v, hold %v, rounds %d, plant %q, guard %q", c.workload, c.lock, c.ttl, c.hold, c.rounds, c.plant, *guardName)
 	if c.workload == "election" {
 		err = w.runElection(stop)
 	} else {

@@ -36,15 +36,39 @@ func (u *use) round() {
 	if !ok {
 		return
 	}
-	u.w.phase("inside", u.g)
 	fenced := u.w.cfg.workload != "semaphore"
-	var fv int64
-	if fenced {
-		fv, ok = u.fenced(true, 0)
+	// With a guard, the control on the real resource: its counter is read
+	// before the phase line "inside" (where the nemesis pauses a holder),
+	// as the unfenced register's value is, and written back (+1) after
+	// the fenced write.
+	// The fenced read too comes before it there, so that a holder paused
+	// inside always writes late: the guard must refuse that write.
+	var ctl, fv int64
+	control := false
+	readFenced := func() {
+		if fenced {
+			fv, ok = u.fenced(true, 0)
+		}
+	}
+	if u.w.guard != nil {
+		if fenced && u.mode == "x" && u.w.guard.control() {
+			ctl, control = u.controlRead()
+		}
+		readFenced()
+	}
+	u.w.phase("inside", u.g)
+	if u.w.guard == nil {
+		readFenced()
 	}
 	time.Sleep(u.w.between(5*time.Millisecond, 20*time.Millisecond)) // the work
 	if fenced && ok && u.mode == "x" {
+		if u.w.guard != nil {
+			u.w.phase("writing", u.g) // resource-cut aims here
+		}
 		u.fenced(false, fv+1)
+	}
+	if control {
+		u.controlWrite(ctl + 1)
 	}
 	u.exit(v)
 	u.w.phase("use", u.g)
@@ -52,6 +76,9 @@ func (u *use) round() {
 
 // fenced reads the fenced register, or writes v to it.
 func (u *use) fenced(read bool, v int64) (int64, bool) {
+	if u.w.guard != nil {
+		return u.guardFenced(read, v)
+	}
 	q := url.Values{"lock": {u.w.cfg.lock}, "tok": {strconv.FormatUint(u.tok, 10)}}
 	method := http.MethodGet
 	if !read {

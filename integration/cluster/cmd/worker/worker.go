@@ -22,13 +22,14 @@ import (
 // worker is one client's state. It is used by one goroutine at a time
 // (the main one, or election.Run's calls of OnElected from it).
 type worker struct {
-	cfg  config
-	cli  *clientv3.Client
-	hist *history.Writer
-	http *http.Client
-	rng  *rand.Rand
-	ends *sessionEnds
-	err  error // the first history write error: the run is void after it
+	cfg   config
+	cli   *clientv3.Client
+	hist  *history.Writer
+	http  *http.Client
+	rng   *rand.Rand
+	ends  *sessionEnds
+	guard store // -guard's resource (guard.go); nil: the resource's /fenced
+	err   error // the first history write error: the run is void after it
 
 	g      int    // the last grant number used
 	grants int    // grants so far

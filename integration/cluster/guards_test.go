@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock-go/dlock/contrib/pgfence"
+	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/integration/testenv"
+)
+
+// needGuard ends the test unless guard's server can run here.
+func needGuard(t *testing.T, guard string) {
+	t.Helper()
+	need(t)
+	switch guard {
+	case "pg":
+		if _, err := pgBin(); err != nil {
+			testenv.Missing(t, "postgres", err.Error())
+		}
+	case "redis":
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			testenv.Missing(t, "redis", "redis-server not found (apt-get install redis-server)")
+		}
+	}
+}
+
+// TestGuards runs each guard in Guards as the resource: the fenced
+// register on a real server, written through the guard, under a holder
+// paused inside its section (pause-use) and each resource-side fault.
+// Every checker must pass, the guard must admit no stale write, and the
+// control beside it on the same server (no guard) must lose updates: the
+// pauses' double grants reached the resource.
+func TestGuards(t *testing.T) {
+	for _, guard := range Guards {
+		t.Run(guard, func(t *testing.T) {
+			needGuard(t, guard)
+			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+			defer cancel()
+			classes := append([]string{"pause-use"}, ClassesFor(guard)...)
+			rep := runCluster(t, ctx, Config{
+				Seed: seed(t, 20261207), Guard: guard, Workloads: []string{"mutex"}, PerWorkload: 3,
+				Classes: classes, Faults: len(classes),
+			})
+			verdict(t, rep)
+			for _, r := range rep.Rows {
+				if r.Stale != 0 {
+					t.Errorf("%s: %d stale writes admitted through %s", r.Workload, r.Stale, guard)
+				}
+				if r.Grants == 0 {
+					t.Errorf("%s: no grant at all", r.Workload)
+				}
+			}
+			lost := 0
+			for _, c := range rep.Controls {
+				lost += c.Lost
+			}
+			if len(rep.Controls) == 0 || lost == 0 {
+				t.Errorf("the control on %s lost no update: the run is too gentle to count (%+v)", guard, rep.Controls)
+			}
+		})
+	}
+}
+
+// TestPGFenceSurvivesKill: pgfence's high-water mark is durable. A token
+// is admitted, the server (the harness's: fsync and synchronous commit
+// on) is SIGKILLed with every backend, and restarted from its data
+// directory (WAL recovery): the token below is refused, and the mark is
+// the admitted token.
+func TestPGFenceSurvivesKill(t *testing.T) {
+	needGuard(t, "pg")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cfg := Config{Dir: artifacts(t), Workloads: []string{"mutex"}}
+	cfg.defaults()
+	h, err := newHarness(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if h.ResHost, err = h.Net.AddHost("res"); err != nil {
+		t.Fatal(err)
+	}
+	pg, err := h.startPG(ctx, h.ResHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admit := func(seq uint64) error {
+		conn, err := pgx.Connect(ctx, pg.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		g, err := pgfence.New(conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.Admit(ctx, fence.Token{Name: "dlock-mutex", Seq: seq})
+	}
+	const n = 1000
+	if err := admit(n); err != nil {
+		t.Fatalf("admit %d: %v", n, err)
+	}
+	pg.Kill()
+	if err := pg.Start(ctx); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	err = admit(n - 1)
+	var stale *fence.StaleTokenError
+	if !errors.As(err, &stale) || stale.Highest != n {
+		t.Fatalf("admit %d after the kill: %v; want a stale token error with mark %d", n-1, err, n)
+	}
+	if err := admit(n); err != nil {
+		t.Fatalf("admit %d again: %v", n, err)
+	}
+	t.Logf("after SIGKILL and WAL recovery, token %d refused: mark %d", n-1, stale.Highest)
+}
