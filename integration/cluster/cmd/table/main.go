@@ -3,6 +3,7 @@
 // one report per directory.
 //
 //	go run ./cmd/table DIR...
+//	go run ./cmd/table -campaign DIR...   # one row per run: the campaign's table
 //
 // DIR is a run's artifacts directory (DLOCK_ARTIFACTS/<test>-<time>, or
 // the one a failed test names). It exits 1 if any run fails a checker.
@@ -19,6 +20,18 @@ func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: table DIR...")
 		os.Exit(2)
+	}
+	if os.Args[1] == "-campaign" {
+		table, passed, err := cluster.CampaignTable(os.Args[2:])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Print(table)
+		if !passed {
+			os.Exit(1)
+		}
+		return
 	}
 	code := 0
 	for _, dir := range os.Args[1:] {
