@@ -757,24 +757,33 @@ func TestStaleRevokeEvidence(t *testing.T) {
 	}
 	// Only the last grant on the lease: the earlier ones ended before it.
 	spans := map[string][]Span{"mutex": {
-		{Key: "w1/mutex#1", Lease: 1, Grant: 10},
-		{Key: "w1/mutex#2", Lease: 1, Grant: 20},
+		{Key: "w1/mutex#1", Lease: 1, Grant: 10, Err: "lock: key deleted"},
+		{Key: "w1/mutex#2", Lease: 1, Grant: 20, Err: "lock: key deleted"},
+		{Key: "w2/mutex#1", Lease: 3, Grant: 30, How: "unlock"},
 	}}
 	ex := exemptions{ev: ev, last: lastOnLease(spans)}
-	assert.Empty(t, ex.revoked(spans["mutex"][0]))
+	assert.Empty(t, ex.revoked(spans["mutex"][0]), "not the last grant on its lease")
 	assert.Contains(t, ex.revoked(spans["mutex"][1]), "etcd revoke: lease 1 revoked at raft index 10")
+	// A holder that saw nothing taken: its lease's first revoke was its
+	// session's Close, here through a member that once led (the control).
+	ev.revokes[3] = revoke{Index: 14, Term: 3, Lease: 3, From: 0xa}
+	assert.NotEmpty(t, ev.staleRevoke(3), "the WAL alone would excuse it")
+	assert.Empty(t, ex.revoked(spans["mutex"][2]), "a holder that saw no loss is not excused")
+	spans["mutex"][2].ReleaseErr = "lock: lease gone"
+	assert.NotEmpty(t, ex.revoked(spans["mutex"][2]), "an Unlock that found its lease gone")
 }
 
 // A pause excuses a violation only if the holder was stopped between its
 // acquire and the successor's grant.
 func TestPauseEvidence(t *testing.T) {
-	ex := exemptions{faults: []Fault{{N: 4, Class: "pause-use", Start: 100, Heal: 200, Workers: []int{7}}}}
+	// The fault began looking for a holder at 20 and stopped it at 100.
+	ex := exemptions{faults: []Fault{{N: 4, Class: "pause-use", Start: 20, Stopped: 100, Heal: 200, Workers: []int{7}}}}
 	v := func(w int, acquire, grant int64) Violation {
 		return Violation{Before: Span{W: w, Acquire: acquire, Grant: acquire + 1}, After: Span{W: 9, Grant: grant}}
 	}
 	assert.Contains(t, ex.of(v(7, 50, 150)), "paused: w7 stopped from")
 	assert.Contains(t, ex.of(v(7, 150, 300)), "paused", "stopped while it held")
 	assert.Empty(t, ex.of(v(7, 201, 300)), "stopped before its acquire")
-	assert.Empty(t, ex.of(v(7, 10, 99)), "the successor granted before the stop")
+	assert.Empty(t, ex.of(v(7, 10, 99)), "the successor granted before the stop (after the fault began)")
 	assert.Empty(t, ex.of(v(8, 50, 150)), "another worker was stopped")
 }

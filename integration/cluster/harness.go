@@ -455,6 +455,11 @@ func (h *Harness) Close() error {
 	for _, w := range ws {
 		w.Proc.Kill()
 	}
+	if h.Guard != nil {
+		// Every process of the guard's server while its parent lives
+		// (PostgreSQL's backends are process groups of their own).
+		h.Guard.Kill()
+	}
 	for _, p := range servers {
 		select {
 		case <-p.Done(): // killed by a fault: its PID may be another's now

@@ -53,6 +53,7 @@ type Fault struct {
 	Heal    int64    `json:"heal"`  // Unix ns: when it was healed
 	Targets []string `json:"targets,omitempty"`
 	Workers []int    `json:"workers,omitempty"` // workers paused or on a fault clock (their IDs)
+	Stopped int64    `json:"stopped,omitempty"` // pause-*: Unix ns when SIGSTOP was sent (Start is when the fault began looking for its target)
 	Note    string   `json:"note,omitempty"`
 	Err     string   `json:"err,omitempty"`
 }
@@ -248,6 +249,7 @@ func (n *nemesis) begin(ctx context.Context, f *Fault, pick int) (func() error, 
 		if err := w.Proc.Signal(syscall.SIGSTOP); err != nil {
 			return nil, err
 		}
+		f.Stopped = time.Now().UnixNano()
 		return func() error { return w.Proc.Signal(syscall.SIGCONT) }, nil
 	case "compact":
 		return nil, n.compact(ctx, f)

@@ -40,6 +40,17 @@ func TestPlanted(t *testing.T) {
 		cfg:    Config{Guard: "redis", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
 		expect: "fenced register admitted a stale write",
 	}, {
+		// A guard that admits every token behind httpfence's middleware
+		// and in the handler's check (the resource's plant admit-lower
+		// with the guard http): a paused holder's late write lands.
+		name:   "admit-lower-http",
+		cfg:    Config{Guard: "http", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+		expect: "fenced register admitted a stale write",
+	}, {
+		name:   "admit-lower-grpc",
+		cfg:    Config{Guard: "grpc", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+		expect: "fenced register admitted a stale write",
+	}, {
 		name:   "skip-check",
 		cfg:    Config{Plant: "skip-check", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 		expect: "Done after a successor's grant",

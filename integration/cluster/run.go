@@ -144,7 +144,7 @@ func (r runner) run(ctx context.Context) (*Report, error) {
 			slowClocks = append(slowClocks, w.ID)
 		}
 	}
-	if err := writeJSON(filepath.Join(h.Dir, "end.json"), runEnd{End: end, SlowClocks: slowClocks}); err != nil {
+	if err := writeJSON(filepath.Join(h.Dir, "end.json"), runEnd{End: end, SlowClocks: slowClocks, Failures: rep.Failures}); err != nil {
 		return nil, err
 	}
 	if err := r.close(); err != nil {
@@ -158,8 +158,9 @@ func (r runner) run(ctx context.Context) (*Report, error) {
 
 // runEnd is what a recheck needs beyond config and schedule.
 type runEnd struct {
-	End        int64 `json:"end"`         // when faults stopped (Unix ns); grants after it are not judged
-	SlowClocks []int `json:"slow_clocks"` // workers that ran on a slow clock
+	End        int64    `json:"end"`                // when faults stopped (Unix ns); grants after it are not judged
+	SlowClocks []int    `json:"slow_clocks"`        // workers that ran on a slow clock
+	Failures   []string `json:"failures,omitempty"` // what the run itself found before the checkers (a worker that did not stop, a key left): a recheck keeps them
 }
 
 // Recheck runs the checkers again on a saved run's artifacts (an etcd
@@ -190,7 +191,7 @@ func load(dir string) (Config, *Report, runEnd, error) {
 			return cfg, nil, e, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	return cfg, &Report{Seed: cfg.Seed, Dir: dir, Faults: faults}, e, nil
+	return cfg, &Report{Seed: cfg.Seed, Dir: dir, Faults: faults, Failures: slices.Clone(e.Failures)}, e, nil
 }
 
 // check runs every checker over the run's histories and fills the rows
@@ -556,6 +557,17 @@ type exemptions struct {
 	last   map[int64]string // per lease, the key of the last span granted on it
 }
 
+// byServer tells whether a grant's or an acquire's error says the server
+// took it: its key deleted, or its lease gone (or not found).
+func byServer(err string) bool {
+	for _, s := range []string{"key deleted", "lease gone", "lease not found"} {
+		if strings.Contains(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // lastOnLease maps each lease to the key of the last span granted on it.
 func lastOnLease(spans map[string][]Span) map[int64]string {
 	last := map[int64]Span{}
@@ -573,12 +585,15 @@ func lastOnLease(spans map[string][]Span) map[int64]string {
 	return out
 }
 
-// revoked returns the evidence that etcd's stale-leader revoke ended s:
-// a deposed leader revoked its lease, and s is the last grant on that
-// lease (the earlier ones ended before the revoke, which ended the
-// session); "" if there is none.
+// revoked returns the evidence that etcd's stale-leader revoke ended s,
+// or "": its holder saw the server take it (Done with its key deleted or
+// its lease gone, or an Unlock that found them gone: not its own
+// release, nor its session's Close, which come after), s is the last
+// grant on its lease (the earlier ones ended before the revoke, which
+// ended the session), and the lease's first committed revoke came from a
+// deposed leader.
 func (ex exemptions) revoked(s Span) string {
-	if s.Lease == 0 || ex.last[s.Lease] != s.Key {
+	if s.Lease == 0 || ex.last[s.Lease] != s.Key || !byServer(s.Err) && !byServer(s.ReleaseErr) {
 		return ""
 	}
 	if why := ex.ev.staleRevoke(s.Lease); why != "" {
@@ -603,8 +618,8 @@ func (ex exemptions) of(v Violation) string {
 // SIGCONT) at some moment of [from, to], or "".
 func (ex exemptions) stopped(w int, from, to int64) string {
 	for _, f := range ex.faults {
-		if strings.HasPrefix(f.Class, "pause-") && slices.Contains(f.Workers, w) && f.Start <= to && f.Heal >= from {
-			return fmt.Sprintf("paused: w%d stopped from %s to %s (fault %d %s)", w, clock(f.Start), clock(f.Heal), f.N, f.Class)
+		if strings.HasPrefix(f.Class, "pause-") && slices.Contains(f.Workers, w) && f.Stopped != 0 && f.Stopped <= to && f.Heal >= from {
+			return fmt.Sprintf("paused: w%d stopped from %s to %s (fault %d %s)", w, clock(f.Stopped), clock(f.Heal), f.N, f.Class)
 		}
 	}
 	return ""

@@ -151,17 +151,6 @@ func serverTook(t *testing.T, rep *Report, cfg Config) took {
 	return out
 }
 
-// byServer tells whether a grant's or an acquire's error says the server
-// took it: its key deleted, or its lease gone (or not found).
-func byServer(err string) bool {
-	for _, s := range []string{"key deleted", "lease gone", "lease not found"} {
-		if strings.Contains(err, s) {
-			return true
-		}
-	}
-	return false
-}
-
 // ended says how a grant ended: "at Done: <err>", or "by Unlock: <err>".
 func ended(s Span) string {
 	switch {

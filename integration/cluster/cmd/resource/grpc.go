@@ -56,6 +56,7 @@ func (r *resource) registerDesc() *grpc.ServiceDesc {
 
 // grpcServer is the register service behind grpcfence's interceptors.
 func (r *resource) grpcServer(g fence.Guard) *grpc.Server {
+	r.guard = g
 	srv := grpc.NewServer(grpc.UnaryInterceptor(grpcfence.UnaryServerInterceptor(g)))
 	srv.RegisterService(r.registerDesc(), r)
 	return srv
@@ -79,7 +80,7 @@ func (r *resource) grpcOp(ctx context.Context, arg string, write bool) (*wrapper
 	if name != tok.Name {
 		return nil, status.Errorf(codes.InvalidArgument, "lock %q, token of %q", name, tok.Name)
 	}
-	value, mark, err := r.fencedOp(name, tok.Seq, write, v)
+	value, mark, err := r.guardedOp(ctx, name, tok.Seq, write, v)
 	switch {
 	case errors.Is(err, errStale):
 		return nil, staleStatus(&fence.StaleTokenError{Name: tok.Name, Seq: tok.Seq, Highest: mark}).Err()

@@ -113,8 +113,15 @@ func run(listen, logPath, plant, caps, guard, grpcListen string) error {
 		return err
 	}
 	r := newResource(lw, capOf, plant == "admit-lower")
+	// The guard of /guarded and of the register service: the middleware's
+	// or interceptor's, and the one the handler checks again with the
+	// write. Under the plant it admits every token.
+	var g fence.Guard = fence.NewMemoryGuard()
+	if plant == "admit-lower" {
+		g = admitAll{}
+	}
 	if guard == "http" {
-		r.guarded(fence.NewMemoryGuard())
+		r.guarded(g)
 	}
 	var gs *grpc.Server
 	if guard == "grpc" {
@@ -123,7 +130,7 @@ func run(listen, logPath, plant, caps, guard, grpcListen string) error {
 			lw.Close()
 			return err
 		}
-		gs = r.grpcServer(fence.NewMemoryGuard())
+		gs = r.grpcServer(g)
 		go gs.Serve(gln) //nolint:errcheck // ends with Stop
 		log.Printf("gRPC on %s", gln.Addr())
 	}
@@ -183,6 +190,7 @@ type resource struct {
 	log        *history.Writer
 	caps       map[string]int // shared-occupancy cap per lock; absent: unlimited
 	admitLower bool
+	guard      fence.Guard // of /guarded and the register service
 	failed     chan error // the first log write error (the run's evidence is broken)
 	mux        *http.ServeMux
 	mu         sync.Mutex
@@ -224,8 +232,15 @@ func newResource(lw *history.Writer, caps map[string]int, admitLower bool) *reso
 	return r
 }
 
-// guarded serves the fenced register behind httpfence.Middleware(g) too.
+// admitAll is the plant admit-lower's guard: it admits every token.
+type admitAll struct{}
+
+func (admitAll) Admit(context.Context, fence.Token) error { return nil }
+
+// guarded serves the fenced register behind httpfence.Middleware(g) too;
+// the handler checks the token again with g, atomically with the write.
 func (r *resource) guarded(g fence.Guard) {
+	r.guard = g
 	mw := httpfence.Middleware(g)
 	r.mux.Handle("GET /guarded", mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serveGuarded(w, req, false) })))
 	r.mux.Handle("POST /guarded", mw(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serveGuarded(w, req, true) })))
@@ -244,8 +259,23 @@ func (r *resource) serveGuarded(w http.ResponseWriter, req *http.Request, write 
 		http.Error(w, fmt.Sprintf("lock %q, token of %q", q.Get("lock"), tok.Name), http.StatusBadRequest)
 		return
 	}
-	req.URL.RawQuery = q.Encode()
-	r.serveFenced(w, req, write)
+	var v int64
+	if write {
+		qq := query{req: req}
+		v = qq.int("v")
+		if qq.bad(w) {
+			return
+		}
+	}
+	value, mark, err := r.guardedOp(req.Context(), tok.Name, tok.Seq, write, v)
+	switch {
+	case errors.Is(err, errStale):
+		http.Error(w, fmt.Sprintf("stale token %d < %d", tok.Seq, mark), http.StatusConflict)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		fmt.Fprint(w, value)
+	}
 }
 
 func (r *resource) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.ServeHTTP(w, req) }
@@ -306,6 +336,30 @@ func (r *resource) fencedOp(name string, tok uint64, write bool, v int64) (value
 	if !r.admits(tok, reg.mark) {
 		return 0, reg.mark, errStale
 	}
+	return r.apply(reg, name, tok, write, v)
+}
+
+// guardedOp is fencedOp behind r.guard (the guard of /guarded and of the
+// register service) instead of the register's own mark: the handler's
+// check again, under r.mu with the write, as httpfence and grpcfence ask
+// (their admission alone is not atomic with the handler). A stale token
+// is errStale with the guard's highest token.
+func (r *resource) guardedOp(ctx context.Context, name string, tok uint64, write bool, v int64) (value int64, mark uint64, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.guard.Admit(ctx, fence.Token{Name: name, Seq: tok}); err != nil {
+		var st *fence.StaleTokenError
+		if errors.As(err, &st) {
+			return 0, st.Highest, errStale
+		}
+		return 0, 0, err
+	}
+	return r.apply(r.fencedReg(name), name, tok, write, v)
+}
+
+// apply does an admitted op on reg: a read returns the value, a write
+// sets mark and value and records the write. r.mu is held.
+func (r *resource) apply(reg *fencedReg, name string, tok uint64, write bool, v int64) (value int64, mark uint64, err error) {
 	if write {
 		reg.mark = max(reg.mark, tok)
 		reg.value = v

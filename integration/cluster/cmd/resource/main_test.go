@@ -236,9 +236,9 @@ func withoutT(t *testing.T, recs []history.Record) []history.Record {
 }
 
 // The fenced register behind httpfence.Middleware (-guard http): the token
-// comes in httpfence's header, a stale one gets 409 from the middleware
-// or from the handler's own check, a missing one 428; admitted writes
-// are logged as /fenced's are.
+// comes in httpfence's header, a stale one gets 409 (from the middleware,
+// or from the handler's check with the same guard), a missing one 428;
+// admitted writes are logged as /fenced's are.
 func TestGuarded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "resource.jsonl")
 	lw, err := history.Create(path)
@@ -275,8 +275,8 @@ func TestGuarded(t *testing.T) {
 	assert.Equal(t, http.StatusConflict, c)
 	c, _ = do(http.MethodGet, 0, "")
 	assert.Equal(t, http.StatusPreconditionRequired, c)
-	// The middleware admitted 7 (a read raises its mark), the register's
-	// mark is still 5: a write of 6 is refused by the middleware.
+	// The guard admitted 7 (a read raises its mark): a write of 6 is
+	// refused.
 	c, _ = do(http.MethodGet, 7, "")
 	assert.Equal(t, http.StatusOK, c)
 	c, _ = do(http.MethodPost, 6, "&v=3")

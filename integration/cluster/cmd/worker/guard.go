@@ -39,9 +39,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -257,12 +259,21 @@ func (s *httpStore) Close() { s.c.CloseIdleConnections() }
 func (s *httpStore) do(ctx context.Context, method, lock string, tok uint64, q url.Values) (int64, error) {
 	q.Set("lock", lock)
 	ctx = fence.NewContext(ctx, fence.Token{Name: lock, Seq: tok})
+	// net/http sends a GET again on a new connection when a reused one
+	// fails: a dial error then may follow a request the server applied (a
+	// read raises the guard's mark). Only a request never written is
+	// unsent.
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
 	req, err := http.NewRequestWithContext(ctx, method, s.url+"/guarded?"+q.Encode(), nil)
 	if err != nil {
 		return 0, err
 	}
 	resp, err := s.c.Do(req)
 	if err != nil {
+		if wrote.Load() {
+			err = errors.Join(errSent, err)
+		}
 		return 0, err
 	}
 	body, err := io.ReadAll(resp.Body)
@@ -300,10 +311,13 @@ func (s *httpStore) controlRead(context.Context, string) (int64, error) { return
 func (s *httpStore) controlWrite(context.Context, string, int64) error  { return errNoControl }
 func (s *httpStore) control() bool                                      { return false }
 
-// unsent: the dial failed.
+// errSent marks an error after the request was written (at least once).
+var errSent = errors.New("the request was sent")
+
+// unsent: the dial failed, and no earlier attempt was written.
 func (s *httpStore) unsent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return !errors.Is(err, errSent) && errors.As(err, &op) && op.Op == "dial"
 }
 
 // grpcStore is the resource's register service behind grpcfence's

@@ -471,6 +471,7 @@ func (w *worker) runElection(stop context.Context) error {
 		ctx, cancel := context.WithCancelCause(stop)
 		timer := time.AfterFunc(4*w.cfg.ttl, func() { cancel(errCampaignTimeout) })
 		open, released := true, false // an acquire without outcome; a grant awaiting its release
+		gone := ""                    // what the check before the resign found: the term's key already gone
 		err := election.Run(ctx, election.Config{
 			Client:         w.cli,
 			Name:           w.cfg.lock,
@@ -494,6 +495,7 @@ func (w *worker) runElection(stop context.Context) error {
 				lost, noticed := w.use(lctx, g, t, "x", "", w.termLease(t), granted, hold)
 				if !lost {
 					w.releasing(g)
+					gone = w.termGone(t)
 					released = true
 					return nil // Run resigns
 				}
@@ -517,7 +519,7 @@ func (w *worker) runElection(stop context.Context) error {
 			// Run resigned (under its own cleanup bound, 5s, not the
 			// 2×TTL of Unlock) and closed the session; it does not report
 			// the resign's error, so Err is empty.
-			w.emit(history.Event{G: g, Kind: history.Released, T: history.Now()})
+			w.emit(history.Event{G: g, Kind: history.Released, T: history.Now(), Err: gone})
 		case open:
 			if err == nil {
 				err = errors.New("election ended without a term")
@@ -531,6 +533,25 @@ func (w *worker) runElection(stop context.Context) error {
 		}
 	}
 	return nil
+}
+
+// termGone tells, before Run resigns, whether the term was taken by the
+// server while it was used (Run does not report its resign's error, which
+// would): the term's Err, or its key missing from a linearizable read;
+// "" if neither (or the read failed within a second).
+func (w *worker) termGone(t *election.Term) string {
+	if err := t.Err(); err != nil {
+		return err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rev := int64(t.Epoch())
+	resp, err := w.cli.Get(ctx, election.DefaultPrefix+"/"+w.cfg.lock+"/", clientv3.WithPrefix(), clientv3.WithCountOnly(),
+		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
+	if err == nil && resp.Count == 0 {
+		return "election: key deleted before the resign (the worker's read at release)"
+	}
+	return ""
 }
 
 // termLease returns the lease of the term's key, for the checker's
