@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock-go/dlock/contrib/pgfence"
+	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/integration/testenv"
 )
@@ -26,6 +27,10 @@ func needGuard(t *testing.T, guard string) {
 	case "redis":
 		if _, err := exec.LookPath("redis-server"); err != nil {
 			testenv.Missing(t, "redis", "redis-server not found (apt-get install redis-server)")
+		}
+	case "s3":
+		if _, err := s3test.Binary(t.Context()); err != nil {
+			testenv.Missing(t, "versitygw", err.Error()+" (go run ./contrib/s3fence/s3test/install)")
 		}
 	}
 }

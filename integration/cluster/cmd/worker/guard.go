@@ -26,6 +26,21 @@ package main
 //     logs (the resource-side record);
 //   - the control is the key "ctl:<lock>", GET then SET read + 1.
 //
+// -guard s3: the register is the object "reg/<lock>" of an S3 bucket
+// (versitygw, s3guard.go), holding "<tok>:<v>":
+//
+//   - a fenced read is a plain GetObject: s3fence guards writes only (it
+//     has no Admit and keeps no mark apart from the object), so the
+//     worker checks the token the object was written under (its body's,
+//     which must be its dlock-token metadata's) as Put would, refusing
+//     its own lower token (stale); the read does not raise the mark;
+//   - a fenced write is s3fence's Guard.Put(tok, "reg/<lock>",
+//     "<tok>:<v>"): the token in the object's metadata, the PUT
+//     conditional on the ETag Put read. Every admitted write is a version
+//     of the object (the bucket is versioned): the resource-side record;
+//   - the control is the object "ctl/<lock>", GetObject then PutObject
+//     read + 1, unconditional.
+//
 // An op that returns fence.ErrStaleToken is "stale"; one that failed
 // before anything was sent (no connection: the server is down or cut
 // off) is "unsent"; any other error leaves its outcome unknown (Ret 0):
@@ -61,8 +76,8 @@ import (
 )
 
 var (
-	guardName = flag.String("guard", "", `the guard in front of the fenced register: "pg" (PostgreSQL through contrib/pgfence), "redis" (contrib/redisfence); "": the resource's /fenced`)
-	guardDSN  = flag.String("guard-dsn", "", "the guard's server (-guard pg: a postgres:// URL; -guard redis: host:port)")
+	guardName = flag.String("guard", "", `the guard in front of the fenced register: "pg" (PostgreSQL through contrib/pgfence), "redis" (contrib/redisfence), "http", "grpc", "s3" (contrib/s3fence); "": the resource's /fenced`)
+	guardDSN  = flag.String("guard-dsn", "", "the guard's server (-guard pg: a postgres:// URL; -guard redis: host:port; -guard s3: http://access:secret@host:port/bucket)")
 )
 
 // store is a guard's resource: the fenced register through the guard,
@@ -116,6 +131,8 @@ func openGuard(ctx context.Context, ttl time.Duration) (store, error) {
 		return &redisStore{c: c, guard: g}, nil
 	case "http":
 		return &httpStore{url: *guardDSN, c: &http.Client{Timeout: ttl, Transport: &httpfence.Transport{}}}, nil
+	case "s3":
+		return openS3(ctx, ttl)
 	case "grpc":
 		conn, err := grpc.NewClient(*guardDSN,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -125,7 +142,7 @@ func openGuard(ctx context.Context, ttl time.Duration) (store, error) {
 		}
 		return &grpcStore{conn: conn}, nil
 	}
-	return nil, fmt.Errorf("-guard %q: want pg, redis, http, grpc or nothing", *guardName)
+	return nil, fmt.Errorf("-guard %q: want pg, redis, http, grpc, s3 or nothing", *guardName)
 }
 
 // pgStore is the fenced register and the control in PostgreSQL.
