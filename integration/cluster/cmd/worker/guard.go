@@ -93,6 +93,7 @@ type store interface {
 	controlRead(ctx context.Context, lock string) (int64, error)
 	controlWrite(ctx context.Context, lock string, v int64) error
 	control() bool         // whether the control is on this store (http: the resource's unfenced register is)
+	raises() bool          // whether an admitted read raises the guard's mark (s3fence guards writes only)
 	unsent(err error) bool // nothing reached the server
 	Close()
 }
@@ -196,6 +197,7 @@ func (s *pgStore) controlWrite(ctx context.Context, lock string, v int64) error 
 }
 
 func (s *pgStore) control() bool { return true }
+func (s *pgStore) raises() bool  { return true }
 
 // unsent: no connection could be made, or pgx says nothing was sent
 // (pgconn.SafeToRetry).
@@ -253,6 +255,7 @@ func (s *redisStore) controlWrite(ctx context.Context, lock string, v int64) err
 }
 
 func (s *redisStore) control() bool { return true }
+func (s *redisStore) raises() bool  { return true }
 
 // unsent: the dial failed.
 func (s *redisStore) unsent(err error) bool {
@@ -316,6 +319,7 @@ func (s *httpStore) plainWrite(context.Context, string, uint64, int64) error {
 func (s *httpStore) controlRead(context.Context, string) (int64, error) { return 0, errNoControl }
 func (s *httpStore) controlWrite(context.Context, string, int64) error  { return errNoControl }
 func (s *httpStore) control() bool                                      { return false }
+func (s *httpStore) raises() bool                                       { return true }
 
 // unsent: the dial failed.
 func (s *httpStore) unsent(err error) bool {
@@ -358,6 +362,7 @@ func (s *grpcStore) plainWrite(context.Context, string, uint64, int64) error {
 func (s *grpcStore) controlRead(context.Context, string) (int64, error) { return 0, errNoControl }
 func (s *grpcStore) controlWrite(context.Context, string, int64) error  { return errNoControl }
 func (s *grpcStore) control() bool                                      { return false }
+func (s *grpcStore) raises() bool                                       { return true }
 
 // unsent: gRPC does not say whether a failed call was sent.
 func (s *grpcStore) unsent(error) bool { return false }
@@ -366,7 +371,7 @@ func (s *grpcStore) unsent(error) bool { return false }
 // to it, and records the op.
 func (u *use) guardFenced(read bool, v int64) (int64, bool) {
 	lock, st := u.w.cfg.lock, u.w.guard
-	ev := history.Event{G: u.g, Kind: history.Op, Tok: u.tok, Mode: u.mode, Reg: history.Fenced, Read: read, Raise: read, Result: "error"}
+	ev := history.Event{G: u.g, Kind: history.Op, Tok: u.tok, Mode: u.mode, Reg: history.Fenced, Read: read, Raise: read && st.raises(), Result: "error"}
 	if !read {
 		ev.Value = v
 	}

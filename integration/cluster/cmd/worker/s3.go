@@ -118,9 +118,24 @@ func parseReg(lock, body, meta string) (uint64, int64, error) {
 	return tok, n, nil
 }
 
+// write is Guard.Put. Put promises that an error other than an
+// *OutcomeUnknownError means nothing was written (it failed before a
+// PUT, or every PUT was answered with a refusal): such an error is
+// recorded unsent, so that the guard checker holds s3fence to it (a
+// version of the object with that write's token and value fails it).
 func (s *s3Store) write(ctx context.Context, lock string, tok uint64, v int64) error {
-	return s.guard.Put(ctx, fence.Token{Name: lock, Seq: tok}, regKey(lock), strings.NewReader(fmt.Sprintf("%d:%d", tok, v)))
+	err := s.guard.Put(ctx, fence.Token{Name: lock, Seq: tok}, regKey(lock), strings.NewReader(fmt.Sprintf("%d:%d", tok, v)))
+	if err != nil && !errors.Is(err, s3fence.ErrOutcomeUnknown) && !errors.Is(err, fence.ErrStaleToken) {
+		return &notWrittenError{err}
+	}
+	return err
 }
+
+// notWrittenError is a Put that wrote nothing, by s3fence's word.
+type notWrittenError struct{ err error }
+
+func (e *notWrittenError) Error() string { return "not written: " + e.err.Error() }
+func (e *notWrittenError) Unwrap() error { return e.err }
 
 // admit is the check alone (for the plant): the register's token, read
 // with s3fence's Token, against tok.
@@ -164,9 +179,18 @@ func (s *s3Store) controlWrite(ctx context.Context, lock string, v int64) error 
 
 func (s *s3Store) control() bool { return true }
 
-// unsent: the dial failed, and Put (if it was one) never had a PUT in
-// flight (an *OutcomeUnknownError says it may have).
+// raises: false. A read changes nothing at the store: a lower token
+// than the reader's can still write until a write under the reader's
+// token lands.
+func (s *s3Store) raises() bool { return false }
+
+// unsent: a Put that wrote nothing (notWrittenError), or a request
+// whose dial failed.
 func (s *s3Store) unsent(err error) bool {
+	var nw *notWrittenError
+	if errors.As(err, &nw) {
+		return true
+	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial" && !errors.Is(err, s3fence.ErrOutcomeUnknown)
 }
