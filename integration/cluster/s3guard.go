@@ -121,9 +121,9 @@ func (sg *S3Guard) Start(ctx context.Context) error {
 		args = append(args, "--sidecar", meta)
 	}
 	args = append(args, root)
-	// versitygw reads VGW_* and ROOT_* variables as settings: only the
-	// flags configure it.
-	p, err := StartProc(sg.Host, "s3-guard", filepath.Join(sg.h.Dir, "logs", "s3-guard.log"), []string{"VGW_LOG_LEVEL=silent"}, nil, args...)
+	// versitygw also reads VGW_* and ROOT_* variables as settings; the
+	// harness's environment sets none.
+	p, err := StartProc(sg.Host, "s3-guard", filepath.Join(sg.h.Dir, "logs", "s3-guard.log"), nil, nil, args...)
 	if err != nil {
 		return err
 	}
