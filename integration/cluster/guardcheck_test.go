@@ -89,3 +89,26 @@ func TestAOFWrites(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestS3Record(t *testing.T) {
+	// oklog/ulid's compatibility test: 01ARYZ6S41... is 1469918176385 ms.
+	if ms, err := ulidTime("01ARYZ6S410000000000000000"); err != nil || ms != 1469918176385 {
+		t.Errorf("ulidTime: %d, %v; want 1469918176385", ms, err)
+	}
+	if _, err := ulidTime("null"); err == nil {
+		t.Error(`ulidTime("null"): no error`)
+	}
+	r, err := s3Record("dlock-mutex", "7:42", "dlock-mutex:7")
+	if err != nil || r.Tok != 7 || r.Value != 42 || r.Lock != "dlock-mutex" {
+		t.Errorf("s3Record: %+v, %v", r, err)
+	}
+	if _, err := s3Record("dlock-mutex", "7:42", "dlock-mutex:8"); err == nil {
+		t.Error("s3Record: a body whose token is not its metadata's passed")
+	}
+	if _, err := s3Record("dlock-mutex", "7:42", ""); err != nil {
+		t.Errorf("s3Record without metadata (a plain PutObject): %v", err)
+	}
+	if _, err := s3Record("dlock-mutex", "x", ""); err == nil {
+		t.Error("s3Record: a malformed body passed")
+	}
+}

@@ -54,7 +54,8 @@ type Config struct {
 	// server there, written through contrib/redisfence (redisguard.go);
 	// "http", the resource process's register behind
 	// contrib/httpfence's Middleware, "grpc" behind contrib/grpcfence's
-	// interceptors (resourceguard.go).
+	// interceptors (resourceguard.go); "s3", versitygw there, written
+	// through contrib/s3fence (s3guard.go).
 	// "": the resource
 	// process's in-memory register.
 	Guard string
@@ -215,6 +216,10 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	case "redis":
 		if h.Guard, err = h.startRedisGuard(sctx, h.ResHost); err != nil {
 			return h, fmt.Errorf("redis: %w", err)
+		}
+	case "s3":
+		if h.Guard, err = h.startS3Guard(sctx, h.ResHost); err != nil {
+			return h, fmt.Errorf("versitygw: %w", err)
 		}
 	case "http":
 		h.Guard = resourceGuard{h, h.resURL}

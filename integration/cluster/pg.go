@@ -27,7 +27,7 @@ import (
 // Guards are the guards a run can put in front of the fenced register
 // (Config.Guard): the register is then a row of a real server, written
 // by the workers through the guard users deploy.
-var Guards = []string{"pg", "redis", "http", "grpc"}
+var Guards = []string{"pg", "redis", "http", "grpc", "s3"}
 
 // GuardServer is a guard's server, run by the harness in the resource's
 // namespace.

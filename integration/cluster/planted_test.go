@@ -51,6 +51,14 @@ func TestPlanted(t *testing.T) {
 		cfg:    Config{Guard: "grpc", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
 		expect: "fenced register admitted a stale write",
 	}, {
+		// The same behind s3fence: an unconditional PutObject (the
+		// token in its metadata, as Put writes it), then the check of
+		// the object's token, which is by then the writer's own. The
+		// object's versions show the write.
+		name:   "check-after-write-s3",
+		cfg:    Config{Guard: "s3", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+		expect: "fenced register admitted a stale write",
+	}, {
 		name:   "skip-check",
 		cfg:    Config{Plant: "skip-check", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 		expect: "Done after a successor's grant",

@@ -191,7 +191,7 @@ type resource struct {
 	caps       map[string]int // shared-occupancy cap per lock; absent: unlimited
 	admitLower bool
 	guard      fence.Guard // of /guarded and the register service
-	failed     chan error // the first log write error (the run's evidence is broken)
+	failed     chan error  // the first log write error (the run's evidence is broken)
 	mux        *http.ServeMux
 	mu         sync.Mutex
 	fenced     map[string]*fencedReg

@@ -26,6 +26,21 @@ package main
 //     logs (the resource-side record);
 //   - the control is the key "ctl:<lock>", GET then SET read + 1.
 //
+// -guard s3: the register is the object "reg/<lock>" of an S3 bucket
+// (versitygw, s3guard.go), holding "<tok>:<v>":
+//
+//   - a fenced read is a plain GetObject: s3fence guards writes only (it
+//     has no Admit and keeps no mark apart from the object), so the
+//     worker checks the token the object was written under (its body's,
+//     which must be its dlock-token metadata's) as Put would, refusing
+//     its own lower token (stale); the read does not raise the mark;
+//   - a fenced write is s3fence's Guard.Put(tok, "reg/<lock>",
+//     "<tok>:<v>"): the token in the object's metadata, the PUT
+//     conditional on the ETag Put read. Every admitted write is a version
+//     of the object (the bucket is versioned): the resource-side record;
+//   - the control is the object "ctl/<lock>", GetObject then PutObject
+//     read + 1, unconditional.
+//
 // An op that returns fence.ErrStaleToken is "stale"; one that failed
 // before anything was sent (no connection: the server is down or cut
 // off) is "unsent"; any other error leaves its outcome unknown (Ret 0):
@@ -63,8 +78,8 @@ import (
 )
 
 var (
-	guardName = flag.String("guard", "", `the guard in front of the fenced register: "pg" (PostgreSQL through contrib/pgfence), "redis" (contrib/redisfence); "": the resource's /fenced`)
-	guardDSN  = flag.String("guard-dsn", "", "the guard's server (-guard pg: a postgres:// URL; -guard redis: host:port)")
+	guardName = flag.String("guard", "", `the guard in front of the fenced register: "pg" (PostgreSQL through contrib/pgfence), "redis" (contrib/redisfence), "http", "grpc", "s3" (contrib/s3fence); "": the resource's /fenced`)
+	guardDSN  = flag.String("guard-dsn", "", "the guard's server (-guard pg: a postgres:// URL; -guard redis: host:port; -guard s3: http://access:secret@host:port/bucket)")
 )
 
 // store is a guard's resource: the fenced register through the guard,
@@ -80,6 +95,7 @@ type store interface {
 	controlRead(ctx context.Context, lock string) (int64, error)
 	controlWrite(ctx context.Context, lock string, v int64) error
 	control() bool         // whether the control is on this store (http: the resource's unfenced register is)
+	raises() bool          // whether an admitted read raises the guard's mark (s3fence guards writes only)
 	unsent(err error) bool // nothing reached the server
 	Close()
 }
@@ -118,6 +134,8 @@ func openGuard(ctx context.Context, ttl time.Duration) (store, error) {
 		return &redisStore{c: c, guard: g}, nil
 	case "http":
 		return &httpStore{url: *guardDSN, c: &http.Client{Timeout: ttl, Transport: &httpfence.Transport{}}}, nil
+	case "s3":
+		return openS3(ctx, ttl)
 	case "grpc":
 		conn, err := grpc.NewClient(*guardDSN,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -127,7 +145,7 @@ func openGuard(ctx context.Context, ttl time.Duration) (store, error) {
 		}
 		return &grpcStore{conn: conn}, nil
 	}
-	return nil, fmt.Errorf("-guard %q: want pg, redis, http, grpc or nothing", *guardName)
+	return nil, fmt.Errorf("-guard %q: want pg, redis, http, grpc, s3 or nothing", *guardName)
 }
 
 // pgStore is the fenced register and the control in PostgreSQL.
@@ -181,6 +199,7 @@ func (s *pgStore) controlWrite(ctx context.Context, lock string, v int64) error 
 }
 
 func (s *pgStore) control() bool { return true }
+func (s *pgStore) raises() bool  { return true }
 
 // unsent: no connection could be made, or pgx says nothing was sent
 // (pgconn.SafeToRetry).
@@ -238,6 +257,7 @@ func (s *redisStore) controlWrite(ctx context.Context, lock string, v int64) err
 }
 
 func (s *redisStore) control() bool { return true }
+func (s *redisStore) raises() bool  { return true }
 
 // unsent: the dial failed.
 func (s *redisStore) unsent(err error) bool {
@@ -310,6 +330,7 @@ func (s *httpStore) plainWrite(context.Context, string, uint64, int64) error {
 func (s *httpStore) controlRead(context.Context, string) (int64, error) { return 0, errNoControl }
 func (s *httpStore) controlWrite(context.Context, string, int64) error  { return errNoControl }
 func (s *httpStore) control() bool                                      { return false }
+func (s *httpStore) raises() bool                                       { return true }
 
 // errSent marks an error after the request was written (at least once).
 var errSent = errors.New("the request was sent")
@@ -355,6 +376,7 @@ func (s *grpcStore) plainWrite(context.Context, string, uint64, int64) error {
 func (s *grpcStore) controlRead(context.Context, string) (int64, error) { return 0, errNoControl }
 func (s *grpcStore) controlWrite(context.Context, string, int64) error  { return errNoControl }
 func (s *grpcStore) control() bool                                      { return false }
+func (s *grpcStore) raises() bool                                       { return true }
 
 // unsent: gRPC does not say whether a failed call was sent.
 func (s *grpcStore) unsent(error) bool { return false }
@@ -363,7 +385,7 @@ func (s *grpcStore) unsent(error) bool { return false }
 // to it, and records the op.
 func (u *use) guardFenced(read bool, v int64) (int64, bool) {
 	lock, st := u.w.cfg.lock, u.w.guard
-	ev := history.Event{G: u.g, Kind: history.Op, Tok: u.tok, Mode: u.mode, Reg: history.Fenced, Read: read, Raise: read, Result: "error"}
+	ev := history.Event{G: u.g, Kind: history.Op, Tok: u.tok, Mode: u.mode, Reg: history.Fenced, Read: read, Raise: read && st.raises(), Result: "error"}
 	if !read {
 		ev.Value = v
 	}

@@ -137,8 +137,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("-permits %d, -rounds %d: want permits >= 1, rounds >= 0", c.permits, c.rounds)
 	case c.plant != "" && c.plant != plantFirstToken && c.plant != plantHoldForever && c.plant != plantLeakKey && c.plant != plantCheckAfterWrite:
 		return fmt.Errorf("-plant %q: want %s, %s, %s or %s", c.plant, plantFirstToken, plantHoldForever, plantLeakKey, plantCheckAfterWrite)
-	case c.plant == plantCheckAfterWrite && *guardName != "pg" && *guardName != "redis":
-		return fmt.Errorf("-plant %s needs -guard pg or redis", plantCheckAfterWrite)
+	case c.plant == plantCheckAfterWrite && *guardName != "pg" && *guardName != "redis" && *guardName != "s3":
+		return fmt.Errorf("-plant %s needs -guard pg, redis or s3", plantCheckAfterWrite)
 	}
 	return nil
 }
