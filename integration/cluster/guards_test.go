@@ -84,16 +84,7 @@ func TestPGFenceSurvivesKill(t *testing.T) {
 	needGuard(t, "pg")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cfg := Config{Dir: artifacts(t), Workloads: []string{"mutex"}}
-	cfg.defaults()
-	h, err := newHarness(cfg, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if h.ResHost, err = h.Net.AddHost("res"); err != nil {
-		t.Fatal(err)
-	}
+	h := resourceHost(t)
 	pg, err := h.startPG(ctx, h.ResHost)
 	if err != nil {
 		t.Fatal(err)
@@ -138,16 +129,7 @@ func TestS3FenceSurvivesKill(t *testing.T) {
 	needGuard(t, "s3")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cfg := Config{Dir: artifacts(t), Workloads: []string{"mutex"}}
-	cfg.defaults()
-	h, err := newHarness(cfg, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if h.ResHost, err = h.Net.AddHost("res"); err != nil {
-		t.Fatal(err)
-	}
+	h := resourceHost(t)
 	sg, err := h.startS3Guard(ctx, h.ResHost)
 	if err != nil {
 		t.Fatal(err)
@@ -184,4 +166,21 @@ func TestS3FenceSurvivesKill(t *testing.T) {
 		t.Fatalf("versions: %+v; want tokens %d, %d in order", recs, n, n+1)
 	}
 	t.Logf("after SIGKILL and a restart, token %d refused: mark %d; versions %d, %d", n-1, stale.Highest, recs[0].Tok, recs[1].Tok)
+}
+
+// resourceHost makes a harness of only its network and the resource's
+// host, for a guard's server alone; the test's cleanup closes it.
+func resourceHost(t *testing.T) *Harness {
+	t.Helper()
+	cfg := Config{Dir: artifacts(t), Workloads: []string{"mutex"}}
+	cfg.defaults()
+	h, err := newHarness(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	if h.ResHost, err = h.Net.AddHost("res"); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

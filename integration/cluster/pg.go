@@ -73,8 +73,49 @@ type PG struct {
 	uid  int
 	gid  int
 
+	serverProc
+}
+
+// serverProc is a guard server's process, replaced at each (re)start.
+type serverProc struct {
 	mu   sync.Mutex
 	proc *Proc
+}
+
+// started registers p, just started, with h (which kills it at Close) as
+// the server's process.
+func (s *serverProc) started(h *Harness, p *Proc) error {
+	if !h.track(p) {
+		return errors.New("harness closed")
+	}
+	s.mu.Lock()
+	s.proc = p
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *serverProc) current() *Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// Kill SIGKILLs the server and waits until it is reaped.
+func (s *serverProc) Kill() {
+	if p := s.current(); p != nil {
+		p.Kill()
+	}
+}
+
+// Signal sends sig to the server's process group.
+func (s *serverProc) Signal(sig syscall.Signal) error {
+	p := s.current()
+	select {
+	case <-p.Done():
+		return errors.New("the server has exited")
+	default:
+	}
+	return syscall.Kill(-p.Pid(), sig)
 }
 
 // pgBin finds PostgreSQL's server binaries: $PGTEST_BIN, PATH, or the
@@ -211,12 +252,9 @@ func (pg *PG) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !pg.h.track(p) {
-		return errors.New("harness closed")
+	if err := pg.started(pg.h, p); err != nil {
+		return err
 	}
-	pg.mu.Lock()
-	pg.proc = p
-	pg.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
@@ -261,12 +299,6 @@ func (pg *PG) Signal(sig syscall.Signal) error {
 	default:
 	}
 	return pg.signalAll(p, sig)
-}
-
-func (pg *PG) current() *Proc {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	return pg.proc
 }
 
 // signalAll sends sig to the postmaster, then to its descendants. The

@@ -15,8 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -47,8 +45,7 @@ type RedisGuard struct {
 	dir  string
 	as   []string // setpriv, to run as the user redis
 
-	mu   sync.Mutex
-	proc *Proc
+	serverProc
 }
 
 func (h *Harness) startRedisGuard(ctx context.Context, host *Host) (*RedisGuard, error) {
@@ -90,39 +87,12 @@ func (rg *RedisGuard) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !rg.h.track(p) {
-		return errors.New("harness closed")
+	if err := rg.started(rg.h, p); err != nil {
+		return err
 	}
-	rg.mu.Lock()
-	rg.proc = p
-	rg.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	return waitPing(wctx, rg.DSN(), p)
-}
-
-func (rg *RedisGuard) current() *Proc {
-	rg.mu.Lock()
-	defer rg.mu.Unlock()
-	return rg.proc
-}
-
-// Kill SIGKILLs the server and waits until it is reaped.
-func (rg *RedisGuard) Kill() {
-	if p := rg.current(); p != nil {
-		p.Kill()
-	}
-}
-
-// Signal sends sig to the server's process group.
-func (rg *RedisGuard) Signal(sig syscall.Signal) error {
-	p := rg.current()
-	select {
-	case <-p.Done():
-		return errors.New("redis has exited")
-	default:
-	}
-	return syscall.Kill(-p.Pid(), sig)
 }
 
 // collect writes audit.jsonl (the register's writes, from the AOF) and

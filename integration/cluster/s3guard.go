@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -62,9 +61,9 @@ type S3Guard struct {
 	dir            string // root/, versions/, meta/ (without xattrs)
 	access, secret string
 
-	mu      sync.Mutex
-	proc    *Proc
 	created bool
+
+	serverProc
 }
 
 func (h *Harness) startS3Guard(ctx context.Context, host *Host) (*S3Guard, error) {
@@ -127,12 +126,9 @@ func (sg *S3Guard) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !sg.h.track(p) {
-		return errors.New("harness closed")
+	if err := sg.started(sg.h, p); err != nil {
+		return err
 	}
-	sg.mu.Lock()
-	sg.proc = p
-	sg.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c := sg.client()
@@ -188,30 +184,6 @@ func hasXattrs(dir string) bool {
 	_ = f.Close()
 	defer os.Remove(name)
 	return syscall.Setxattr(name, "user.dlock", []byte("1"), 0) == nil
-}
-
-func (sg *S3Guard) current() *Proc {
-	sg.mu.Lock()
-	defer sg.mu.Unlock()
-	return sg.proc
-}
-
-// Kill SIGKILLs the server and waits until it is reaped.
-func (sg *S3Guard) Kill() {
-	if p := sg.current(); p != nil {
-		p.Kill()
-	}
-}
-
-// Signal sends sig to the server's process group.
-func (sg *S3Guard) Signal(sig syscall.Signal) error {
-	p := sg.current()
-	select {
-	case <-p.Done():
-		return errors.New("versitygw has exited")
-	default:
-	}
-	return syscall.Kill(-p.Pid(), sig)
 }
 
 // collect writes audit.jsonl (every version of the register objects, in
