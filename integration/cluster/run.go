@@ -254,6 +254,15 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 		ex.slow[id] = true
 	}
 	classes := newByClass(rep.Faults)
+	numbered := map[string]bool{}
+	for _, e := range events {
+		if k := SpanKey(e.W, e.Workload, e.G); e.Kind == history.Grant {
+			if numbered[k] {
+				rep.Failures = append(rep.Failures, "history: two grants numbered "+k+": a span would hide one")
+			}
+			numbered[k] = true
+		}
+	}
 	spans := Spans(events, end)
 	ex.last = lastOnLease(spans)
 	doubles := DoubleGrants(records)

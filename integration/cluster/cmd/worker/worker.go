@@ -480,6 +480,15 @@ func (w *worker) runElection(stop context.Context) error {
 			Recampaign:     true,
 			RetryPeriod:    200 * time.Millisecond,
 			OnElected: func(lctx context.Context, t *election.Term) error {
+				if released {
+					// The last OnElected returned nil after its term was
+					// lost (Run resigns only a term it still leads), so
+					// Run campaigned again: that grant is released, this
+					// is a new one.
+					w.emit(history.Event{G: g, Kind: history.Released, T: history.Now(), Err: gone})
+					g = w.acquire("x", "")
+					released, gone = false, ""
+				}
 				granted := history.Now()
 				timer.Stop()
 				open = false
