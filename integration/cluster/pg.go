@@ -387,19 +387,6 @@ func (pg *PG) collect(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	w, err := history.Create(filepath.Join(pg.h.Dir, "audit.jsonl"))
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := w.Write(r); err != nil {
-			w.Close()
-			return err
-		}
-	}
-	if err := w.Close(); err != nil {
-		return err
-	}
 	ctl := map[string]int64{}
 	rows, err = conn.Query(cctx, `SELECT lock, ctl FROM register`)
 	if err != nil {
@@ -417,9 +404,29 @@ func (pg *PG) collect(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	return writeGuardRecords(pg.h.Dir, recs, ctl)
+}
+
+// writeGuardRecords writes a guard run's records into dir: audit.jsonl
+// (the writes the guard admitted, in the resource's order) and
+// control.json (each lock's control counter at the end).
+func writeGuardRecords(dir string, audit []history.Record, ctl map[string]int64) error {
 	b, err := json.MarshalIndent(ctl, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(pg.h.Dir, "control.json"), b, 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "control.json"), b, 0o644); err != nil {
+		return err
+	}
+	w, err := history.Create(filepath.Join(dir, "audit.jsonl"))
+	if err != nil {
+		return err
+	}
+	for _, r := range audit {
+		if err := w.Write(r); err != nil {
+			w.Close()
+			return err
+		}
+	}
+	return w.Close()
 }

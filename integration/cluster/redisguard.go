@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -111,28 +110,11 @@ func (rg *RedisGuard) collect(ctx context.Context) error {
 		}
 		ctl[lock] = v
 	}
-	b, err := json.MarshalIndent(ctl, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(rg.h.Dir, "control.json"), b, 0o644); err != nil {
-		return err
-	}
 	recs, err := readAOF(filepath.Join(rg.dir, "appendonlydir"))
 	if err != nil {
 		return fmt.Errorf("aof: %w", err)
 	}
-	w, err := history.Create(filepath.Join(rg.h.Dir, "audit.jsonl"))
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := w.Write(r); err != nil {
-			w.Close()
-			return err
-		}
-	}
-	return w.Close()
+	return writeGuardRecords(rg.h.Dir, recs, ctl)
 }
 
 // readAOF reads the SETs of register keys ("reg:L" to "<tok>:<v>") from a

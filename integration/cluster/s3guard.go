@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -205,28 +204,11 @@ func (sg *S3Guard) collect(ctx context.Context) error {
 			}
 		}
 	}
-	b, err := json.MarshalIndent(ctl, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(sg.h.Dir, "control.json"), b, 0o644); err != nil {
-		return err
-	}
 	recs, err := s3Versions(cctx, c)
 	if err != nil {
 		return fmt.Errorf("versions: %w", err)
 	}
-	w, err := history.Create(filepath.Join(sg.h.Dir, "audit.jsonl"))
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := w.Write(r); err != nil {
-			w.Close()
-			return err
-		}
-	}
-	return w.Close()
+	return writeGuardRecords(sg.h.Dir, recs, ctl)
 }
 
 // s3Get reads key (a version of it, if version is not nil): its body and
