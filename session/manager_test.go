@@ -21,14 +21,39 @@ import (
 
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{} // a send after each write (its one slot keeps a wake-up)
 }
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{wrote: make(chan struct{}, 1)} }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+	n, err := s.b.Write(p)
+	s.mu.Unlock()
+	select {
+	case s.wrote <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+// await waits until a record with message msg is written, or ctx ends.
+func (s *syncBuffer) await(t *testing.T, ctx context.Context, msg string) {
+	t.Helper()
+	for {
+		for _, r := range s.records(t) {
+			if r["msg"] == msg {
+				return
+			}
+		}
+		select {
+		case <-s.wrote:
+		case <-ctx.Done():
+			t.Fatalf("no log record %q: %v", msg, ctx.Err())
+		}
+	}
 }
 
 // records returns the JSON log records written so far.
@@ -53,8 +78,8 @@ func TestManagerRenews(t *testing.T) {
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
-	var logs syncBuffer
-	m, err := session.NewManager(cli, session.WithTTL(2*time.Second), session.WithTelemetry(telemetry.Providers{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}))
+	logs := newSyncBuffer()
+	m, err := session.NewManager(cli, session.WithTTL(2*time.Second), session.WithTelemetry(telemetry.Providers{Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}))
 	require.NoError(t, err)
 	defer m.Close(ctx)
 
@@ -92,6 +117,10 @@ func TestManagerRenews(t *testing.T) {
 	assert.NotEqual(t, first.Lease(), second.Lease())
 	assert.NoError(t, second.Err())
 
+	// The end is logged just after Done closes, by the goroutine that
+	// ended the session: wait for the record (CI's race run once read
+	// the log before it).
+	logs.await(t, ctx, "dlock: session ended")
 	var ended, started int
 	for _, r := range logs.records(t) {
 		switch r["msg"] {
