@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -529,7 +530,8 @@ func (n *nemesis) leaders(ctx context.Context) string {
 		}
 	}
 	if len(sts) < len(n.h.Etcd.Members) {
-		maps.Copy(ids, n.ids(ctx, cli))
+		listed, _ := n.ids(ctx, cli) // a name unknown shows as "?"
+		maps.Copy(ids, listed)
 	}
 	var out []string
 	for _, m := range n.h.Etcd.Members {
@@ -549,15 +551,15 @@ func (n *nemesis) leaders(ctx context.Context) string {
 	return strings.Join(out, " ")
 }
 
-// ids maps the cluster's member IDs to the members, by name.
-func (n *nemesis) ids(ctx context.Context, cli *clientv3.Client) map[uint64]*Member {
-	ids := map[uint64]*Member{}
+// ids maps the cluster's member IDs to the members, by name or peer URL.
+func (n *nemesis) ids(ctx context.Context, cli clientv3.Cluster) (map[uint64]*Member, error) {
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	resp, err := cli.MemberList(lctx)
 	if err != nil {
-		return ids
+		return nil, err
 	}
+	ids := map[uint64]*Member{}
 	for _, mm := range resp.Members {
 		for _, m := range n.h.Etcd.Members {
 			if mm.Name == m.Name || slices.Contains(mm.PeerURLs, m.PeerURL()) {
@@ -565,7 +567,7 @@ func (n *nemesis) ids(ctx context.Context, cli *clientv3.Client) map[uint64]*Mem
 			}
 		}
 	}
-	return ids
+	return ids, nil
 }
 
 // newLeader waits (up to limit) until a leader leads that is want (any
@@ -636,8 +638,12 @@ func (n *nemesis) replace(ctx context.Context, f *Fault, m *Member, wasLeader bo
 	if wasLeader {
 		role = "leader"
 	}
+	listed, err := n.ids(ctx, cli)
+	if err != nil {
+		return nil, fmt.Errorf("member list: %w", err)
+	}
 	var id uint64
-	for mid, mm := range n.ids(ctx, cli) {
+	for mid, mm := range listed {
 		if mm == m {
 			id = mid
 		}
@@ -646,15 +652,7 @@ func (n *nemesis) replace(ctx context.Context, f *Fault, m *Member, wasLeader bo
 		return nil, fmt.Errorf("%s not in the member list", m.Name)
 	}
 	start := time.Now()
-	// Removing the leader can return an error (leader changed) after the
-	// removal was applied: retry while the member is still listed.
-	if err := retryUntil(ctx, 15*time.Second, func(rctx context.Context) error {
-		if _, ok := n.ids(rctx, cli)[id]; !ok {
-			return nil
-		}
-		_, err := cli.MemberRemove(rctx, id)
-		return err
-	}); err != nil {
+	if err := removeMember(ctx, cli, id); err != nil {
 		return nil, fmt.Errorf("remove %s: %w", m.Name, err)
 	}
 	removed := time.Since(start)
@@ -665,14 +663,8 @@ func (n *nemesis) replace(ctx context.Context, f *Fault, m *Member, wasLeader bo
 	if err != nil {
 		return nil, err
 	}
-	var newID uint64
-	if err := retryUntil(ctx, 15*time.Second, func(rctx context.Context) error {
-		resp, err := cli.MemberAdd(rctx, []string{m.PeerURL()})
-		if err == nil {
-			newID = resp.Member.ID
-		}
-		return err
-	}); err != nil {
+	newID, err := addMember(ctx, cli, m.PeerURL())
+	if err != nil {
 		return nil, fmt.Errorf("add %s back: %w", m.Name, err)
 	}
 	f.Note = fmt.Sprintf("%s %s (%x) removed in %v, wiped; %s; added back as %x", role, m.Name, id, removed.Round(time.Millisecond), lead, newID)
@@ -684,6 +676,53 @@ func (n *nemesis) replace(ctx context.Context, f *Fault, m *Member, wasLeader bo
 		f.Note += "; restarted empty, " + caught
 		return err
 	}, nil
+}
+
+// removeMember removes member id, retrying for up to 15 s until a member
+// list no longer shows it: a removal can be applied and its reply lost
+// (the leader changed), and a list that fails says nothing (the campaign
+// once took a failed list for "removed", wiped a member still in the
+// cluster, and could not add it back: "Peer URLs already exists").
+func removeMember(ctx context.Context, cli clientv3.Cluster, id uint64) error {
+	return retryUntil(ctx, 15*time.Second, func(rctx context.Context) error {
+		resp, err := cli.MemberList(rctx)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(resp.Members, func(mm *etcdserverpb.Member) bool { return mm.ID == id }) {
+			return nil
+		}
+		_, err = cli.MemberRemove(rctx, id)
+		return err
+	})
+}
+
+// addMember adds a member with peerURL and returns its ID, retrying for
+// up to 15 s: an add whose reply was lost shows in the member list (the
+// URL listed, the member not started: no name), and is taken as done.
+func addMember(ctx context.Context, cli clientv3.Cluster, peerURL string) (uint64, error) {
+	var id uint64
+	err := retryUntil(ctx, 15*time.Second, func(rctx context.Context) error {
+		resp, err := cli.MemberList(rctx)
+		if err != nil {
+			return err
+		}
+		for _, mm := range resp.Members {
+			if slices.Contains(mm.PeerURLs, peerURL) {
+				if mm.Name != "" {
+					return fmt.Errorf("%s is still a started member (%x)", peerURL, mm.ID)
+				}
+				id = mm.ID
+				return nil
+			}
+		}
+		added, err := cli.MemberAdd(rctx, []string{peerURL})
+		if err == nil {
+			id = added.Member.ID
+		}
+		return err
+	})
+	return id, err
 }
 
 // retryUntil calls op (each call bounded by 5 s) until it succeeds or
