@@ -752,6 +752,10 @@ func TestStaleRevokeEvidence(t *testing.T) {
 		led:     map[uint16][]uint64{0xa: {2}, 0xb: {3}},
 	}
 	assert.Contains(t, ev.staleRevoke(1), "by a request of member …000a, leader of term 2, while …000b led")
+	// The terms a member led, read from several members' logs, come
+	// unsorted: the evidence names the last one before the revoke's.
+	ev.led[0xa] = []uint64{2, 1}
+	assert.Contains(t, ev.staleRevoke(1), "leader of term 2,")
 	for _, lease := range []int64{0, 2, 3, 4, 5} {
 		assert.Empty(t, ev.staleRevoke(lease), "lease %d", lease)
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -96,15 +97,26 @@ func readEvidence(etcdDir string) evidence {
 	return ev
 }
 
-// readWAL returns the entries of the WAL in dir, from the oldest snapshot
-// it still covers.
+// readWAL returns the entries of the WAL in dir. A member that received a
+// snapshot (cut off, or added back empty) has a gap in its WAL: etcd's
+// reader stops at the gap (ErrSliceOutOfRange, with the entries before it)
+// and reads past it only when opened at the snapshot after the gap, so
+// the WAL is read in stretches, each from the first snapshot record not
+// yet covered. (Reading only from the first snapshot that read whole
+// lost every entry before a member's last gap: the campaign's c3 found no
+// revoke for leases etcd had revoked.)
 func readWAL(dir string) ([]*raftpb.Entry, error) {
 	snaps, err := wal.ValidSnapshotEntries(zap.NewNop(), dir)
 	if err != nil {
 		return nil, err
 	}
+	var out []*raftpb.Entry
 	var last error
-	for _, sn := range snaps {
+	covered := uint64(0) // entries up to this index are read
+	for i, sn := range snaps {
+		if i > 0 && sn.GetIndex() <= covered {
+			continue
+		}
 		w, err := wal.OpenForRead(zap.NewNop(), dir, sn)
 		if err != nil {
 			last = err
@@ -112,10 +124,21 @@ func readWAL(dir string) ([]*raftpb.Entry, error) {
 		}
 		_, _, ents, err := w.ReadAll()
 		w.Close()
+		if err != nil && !errors.Is(err, wal.ErrSliceOutOfRange) {
+			last = err
+			continue
+		}
+		out = append(out, ents...)
+		if len(ents) > 0 {
+			covered = max(covered, ents[len(ents)-1].GetIndex())
+		}
 		if err == nil {
-			return ents, nil
+			return out, nil // read to the end
 		}
 		last = err
+	}
+	if len(out) > 0 {
+		return out, nil
 	}
 	return nil, last
 }
@@ -169,15 +192,15 @@ func (ev evidence) staleRevoke(lease int64) string {
 	if !known || leader == r.From {
 		return ""
 	}
-	var before []uint64
+	var led uint64 // the last term before the revoke's that r.From led (the logs are read one member after another: unsorted)
 	for _, t := range ev.led[r.From] {
 		if t < r.Term {
-			before = append(before, t)
+			led = max(led, t)
 		}
 	}
-	if len(before) == 0 {
+	if led == 0 {
 		return ""
 	}
 	return fmt.Sprintf("lease %x revoked at raft index %d (term %d) by a request of member …%04x, leader of term %d, while …%04x led",
-		lease, r.Index, r.Term, r.From, before[len(before)-1], leader)
+		lease, r.Index, r.Term, r.From, led, leader)
 }

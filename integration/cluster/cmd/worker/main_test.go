@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/integration/cluster/history"
@@ -261,4 +262,36 @@ func grantsInUse(stdout string) int {
 		}
 	}
 	return len(seen)
+}
+
+// TestKeyCreatedAt: the read before an election's resign finds the term's
+// key gone while other candidates' keys remain. The control: a count-only
+// read with the same filters still counts the other keys (etcd counts
+// before filtering), which is how the first termGone missed every term
+// the server took while others campaigned.
+func TestKeyCreatedAt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cli := etcdtest.New(t).Client(t)
+	const prefix = "e/"
+	var revs []int64
+	for _, k := range []string{"e/a", "e/b", "e/c"} {
+		resp, err := cli.Put(ctx, k, "")
+		require.NoError(t, err)
+		revs = append(revs, resp.Header.Revision)
+	}
+	held, err := keyCreatedAt(ctx, cli, prefix, revs[1])
+	require.NoError(t, err)
+	assert.True(t, held, "e/b exists")
+
+	_, err = cli.Delete(ctx, "e/b")
+	require.NoError(t, err)
+	held, err = keyCreatedAt(ctx, cli, prefix, revs[1])
+	require.NoError(t, err)
+	assert.False(t, held, "e/b was deleted; e/a and e/c remain")
+
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(),
+		clientv3.WithMinCreateRev(revs[1]), clientv3.WithMaxCreateRev(revs[1]))
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, resp.Count, "the control: a filtered count-only read counts every key under the prefix")
 }

@@ -546,21 +546,43 @@ func (w *worker) runElection(stop context.Context) error {
 
 // termGone tells, before Run resigns, whether the term was taken by the
 // server while it was used (Run does not report its resign's error, which
-// would): the term's Err, or its key missing from a linearizable read;
-// "" if neither (or the read failed within a second).
+// would): the term's Err, or its key missing from a linearizable read; ""
+// if neither. A read that fails is tried again for up to 5 s (under load
+// one failed at once, and the checker had no evidence for a grant etcd's
+// stale-leader revoke had taken); "" if none answers.
 func (w *worker) termGone(t *election.Term) string {
 	if err := t.Err(); err != nil {
 		return err.Error()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rev := int64(t.Epoch())
-	resp, err := w.cli.Get(ctx, election.DefaultPrefix+"/"+w.cfg.lock+"/", clientv3.WithPrefix(), clientv3.WithCountOnly(),
-		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
-	if err == nil && resp.Count == 0 {
-		return "election: key deleted before the resign (the worker's read at release)"
+	for {
+		held, err := keyCreatedAt(ctx, w.cli, election.DefaultPrefix+"/"+w.cfg.lock+"/", int64(t.Epoch()))
+		switch {
+		case err == nil && !held:
+			return "election: key deleted before the resign (the worker's read at release)"
+		case err == nil:
+			return ""
+		}
+		log.Printf("the read before the resign: %v", err)
+		if !sleep(ctx, 100*time.Millisecond) {
+			return ""
+		}
 	}
-	return ""
+}
+
+// keyCreatedAt tells whether a key under prefix created at revision rev
+// still exists (a linearizable read). Not a count: etcd's Count is taken
+// before the revision filters, so a count-only read with them counts every
+// key under the prefix (the first version of termGone did, and found a
+// term gone only when no candidate at all was left).
+func keyCreatedAt(ctx context.Context, kv clientv3.KV, prefix string, rev int64) (bool, error) {
+	resp, err := kv.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) > 0, nil
 }
 
 // termLease returns the lease of the term's key, for the checker's
