@@ -642,18 +642,22 @@ func (n *nemesis) replace(ctx context.Context, f *Fault, m *Member, wasLeader bo
 	if err != nil {
 		return nil, fmt.Errorf("member list: %w", err)
 	}
-	var id uint64
+	var ids []uint64 // more than one if an earlier add of m never started
 	for mid, mm := range listed {
 		if mm == m {
-			id = mid
+			ids = append(ids, mid)
 		}
 	}
-	if id == 0 {
+	if len(ids) == 0 {
 		return nil, fmt.Errorf("%s not in the member list", m.Name)
 	}
+	slices.Sort(ids)
+	id := ids[0]
 	start := time.Now()
-	if err := removeMember(ctx, cli, id); err != nil {
-		return nil, fmt.Errorf("remove %s: %w", m.Name, err)
+	for _, mid := range ids {
+		if err := removeMember(ctx, cli, mid); err != nil {
+			return nil, fmt.Errorf("remove %s (%x): %w", m.Name, mid, err)
+		}
 	}
 	removed := time.Since(start)
 	if err := m.Wipe(); err != nil {

@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,9 +13,10 @@ import (
 	"strconv"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
 	"go.etcd.io/raft/v3/raftpb"
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -58,10 +61,9 @@ func readEvidence(etcdDir string) evidence {
 	// overwritten (an old leader's uncommitted tail).
 	byIndex := map[uint64]*raftpb.Entry{}
 	for _, d := range dirs {
-		ents, err := readWAL(d)
+		ents, err := readWAL(d) // with an error, what could be read
 		if err != nil {
 			ev.err = fmt.Errorf("%s: %w", d, err)
-			continue
 		}
 		for _, e := range ents {
 			if have, ok := byIndex[e.GetIndex()]; !ok || e.GetTerm() > have.GetTerm() {
@@ -97,50 +99,102 @@ func readEvidence(etcdDir string) evidence {
 	return ev
 }
 
-// readWAL returns the entries of the WAL in dir. A member that received a
-// snapshot (cut off, or added back empty) has a gap in its WAL: etcd's
-// reader stops at the gap (ErrSliceOutOfRange, with the entries before it)
-// and reads past it only when opened at the snapshot after the gap, so
-// the WAL is read in stretches, each from the first snapshot record not
-// yet covered. (Reading only from the first snapshot that read whole
-// lost every entry before a member's last gap: the campaign's c3 found no
-// revoke for leases etcd had revoked.)
+// readWAL returns the committed entries of the WAL in dir, record by
+// record. Not wal.ReadAll: a member that received a snapshot (cut off, or
+// added back empty) has a gap in its WAL, where ReadAll stops; read from
+// its last snapshot only, the campaign's c3 found no revoke for leases
+// etcd had revoked. And not every entry: before a gap there can be an
+// old leader's uncommitted tail that nothing overwrote, and an entry that
+// was never committed can even carry a higher term than the committed one
+// at its index (raft's figure 8), so it could not be outvoted. An entry
+// counts only if the member's commit index (its last HardState) covered
+// it while the entry was still in its log: before the gap, or at the end.
+// A record that cannot be read ends the reading with what was read so
+// far, and its error.
 func readWAL(dir string) ([]*raftpb.Entry, error) {
-	snaps, err := wal.ValidSnapshotEntries(zap.NewNop(), dir)
-	if err != nil {
-		return nil, err
+	names, err := filepath.Glob(filepath.Join(dir, "*.wal")) // in sequence: the names are hex, fixed width
+	if err != nil || len(names) == 0 {
+		return nil, cmp.Or(err, fmt.Errorf("no WAL file in %s", dir))
 	}
-	var out []*raftpb.Entry
-	var last error
-	covered := uint64(0) // entries up to this index are read
-	for i, sn := range snaps {
-		if i > 0 && sn.GetIndex() <= covered {
-			continue
-		}
-		w, err := wal.OpenForRead(zap.NewNop(), dir, sn)
+	var readers []fileutil.FileReader
+	for _, n := range names {
+		f, err := os.Open(n)
 		if err != nil {
-			last = err
-			continue
+			return nil, err
 		}
-		_, _, ents, err := w.ReadAll()
-		w.Close()
-		if err != nil && !errors.Is(err, wal.ErrSliceOutOfRange) {
-			last = err
-			continue
-		}
-		out = append(out, ents...)
-		if len(ents) > 0 {
-			covered = max(covered, ents[len(ents)-1].GetIndex())
-		}
-		if err == nil {
-			return out, nil // read to the end
-		}
-		last = err
+		defer f.Close()
+		readers = append(readers, fileutil.NewFileReader(f))
 	}
-	if len(out) > 0 {
-		return out, nil
+	dec := wal.NewDecoder(readers...)
+	var out, cur []*raftpb.Entry // cur: the stretch since the last gap
+	var commit uint64
+	keep := func() {
+		for _, e := range cur {
+			if e.GetIndex() <= commit {
+				out = append(out, e)
+			}
+		}
+		cur = nil
 	}
-	return nil, last
+	last := func() uint64 {
+		if len(cur) > 0 {
+			return cur[len(cur)-1].GetIndex()
+		}
+		if len(out) > 0 {
+			return out[len(out)-1].GetIndex()
+		}
+		return 0
+	}
+	for {
+		rec := &walpb.Record{}
+		err := dec.Decode(rec)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) { // the end, or a torn last write
+			break
+		}
+		if err != nil {
+			keep()
+			return out, err
+		}
+		switch rec.GetType() {
+		case wal.EntryType:
+			e := &raftpb.Entry{}
+			if err := proto.Unmarshal(rec.GetData(), e); err != nil {
+				keep()
+				return out, err
+			}
+			// An entry at an index already held overwrites it and what follows.
+			if i := slices.IndexFunc(cur, func(c *raftpb.Entry) bool { return c.GetIndex() >= e.GetIndex() }); i >= 0 {
+				cur = cur[:i]
+			}
+			cur = append(cur, e)
+		case wal.StateType:
+			st := &raftpb.HardState{}
+			if err := proto.Unmarshal(rec.GetData(), st); err != nil {
+				keep()
+				return out, err
+			}
+			if st.GetCommit() > 0 {
+				commit = st.GetCommit()
+			}
+		case wal.SnapshotType:
+			sn := &walpb.Snapshot{}
+			if err := proto.Unmarshal(rec.GetData(), sn); err != nil {
+				keep()
+				return out, err
+			}
+			if sn.GetIndex() > last() { // a gap: a snapshot received
+				keep()
+			}
+		case wal.CrcType:
+			if crc := dec.LastCRC(); crc != 0 && rec.Validate(crc) != nil {
+				keep()
+				return out, wal.ErrCRCMismatch
+			}
+			dec.UpdateCRC(rec.GetCrc())
+		}
+	}
+	keep()
+	return out, nil
 }
 
 var electedRE = regexp.MustCompile(`elected leader ([0-9a-f]+) at term ([0-9]+)`)
