@@ -280,14 +280,35 @@ func (pg *PG) Start(ctx context.Context) error {
 
 // Kill SIGKILLs every process of the server (the postmaster and its
 // backends, each of which PostgreSQL makes a process group of its own)
-// and waits until the postmaster is reaped.
+// and waits until the postmaster is reaped and every backend has exited
+// (up to 10 s): a backend still exiting holds the shared memory, and a
+// restart then fails ("pre-existing shared memory block ... is still in
+// use"; TestPGFenceSurvivesKill, under load).
 func (pg *PG) Kill() {
 	p := pg.current()
 	if p == nil {
 		return
 	}
-	_ = pg.signalAll(p, syscall.SIGKILL)
+	pids, _ := pg.signalAll(p, syscall.SIGKILL)
 	p.Kill()
+	waitExited(pids, 10*time.Second)
+}
+
+// waitExited waits (up to limit) until no process of pids runs: each is
+// gone or a zombie. The backends are the postmaster's children, reaped by
+// init once it is gone, so there is no exit to wait on: /proc is polled.
+func waitExited(pids []int, limit time.Duration) {
+	end := time.Now().Add(limit)
+	for _, pid := range pids {
+		for time.Now().Before(end) {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			i := bytes.LastIndexByte(b, ')')
+			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X' {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }
 
 // Signal sends sig to every process of the server (SIGSTOP, SIGCONT).
@@ -298,21 +319,24 @@ func (pg *PG) Signal(sig syscall.Signal) error {
 		return errors.New("postgres has exited")
 	default:
 	}
-	return pg.signalAll(p, sig)
+	_, err := pg.signalAll(p, sig)
+	return err
 }
 
-// signalAll sends sig to the postmaster, then to its descendants. The
-// postmaster is stopped first, so that it forks no backend meanwhile
-// (and continued last when sig is SIGCONT).
-func (pg *PG) signalAll(p *Proc, sig syscall.Signal) error {
+// signalAll sends sig to the postmaster, then to its descendants, and
+// returns the descendants signalled. The postmaster is stopped first, so
+// that it forks no backend meanwhile (and continued last when sig is
+// SIGCONT).
+func (pg *PG) signalAll(p *Proc, sig syscall.Signal) ([]int, error) {
 	pid := p.Pid()
 	if sig != syscall.SIGCONT {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var errs []error
-	for _, c := range descendants(pid) {
+	kids := descendants(pid)
+	for _, c := range kids {
 		if err := syscall.Kill(c, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, err)
 		}
@@ -320,7 +344,7 @@ func (pg *PG) signalAll(p *Proc, sig syscall.Signal) error {
 	if err := syscall.Kill(pid, sig); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return kids, errors.Join(errs...)
 }
 
 // descendants lists the processes below pid, from /proc.
