@@ -775,6 +775,18 @@ func TestStaleRevokeEvidence(t *testing.T) {
 	assert.Empty(t, ex.revoked(spans["mutex"][2]), "a holder that saw no loss is not excused")
 	spans["mutex"][2].ReleaseErr = "lock: lease gone"
 	assert.NotEmpty(t, ex.revoked(spans["mutex"][2]), "an Unlock that found its lease gone")
+
+	// The later grant's own key taken (campaign c3): it was ahead in the
+	// queue (token 5 < 9) and its lease was revoked by a deposed leader;
+	// the holder's was not.
+	holder := Span{W: 3, Key: "w3/mutex#1", Tok: 9, Lease: 7, Grant: 40}
+	later := Span{W: 4, Key: "w4/mutex#1", Tok: 5, Lease: 1, Grant: 41, Err: "lock lost: session: lease gone on the server"}
+	ex.last = lastOnLease(map[string][]Span{"mutex": {holder, later}})
+	assert.Contains(t, ex.of(Violation{Before: holder, After: later}), "the later grant's own: etcd revoke: lease 1")
+	// The control: a later grant behind the holder in the queue (a higher
+	// token) is not explained by its own key's loss.
+	later.Tok = 11
+	assert.Empty(t, ex.of(Violation{Before: holder, After: later}))
 }
 
 // A pause excuses a violation only if the holder was stopped between its

@@ -620,7 +620,19 @@ func (ex exemptions) of(v Violation) string {
 	if why := ex.stopped(b.W, b.Acquire, v.After.Grant); why != "" {
 		return why
 	}
-	return ex.revoked(b)
+	if why := ex.revoked(b); why != "" {
+		return why
+	}
+	// The later grant's own key taken: it was ahead in the queue (a lower
+	// token), granted at a revision where it was first, and its key was
+	// deleted by the revoke before the holder's grant, which a member
+	// further along told its client first (campaign c3: 8 ms apart).
+	if a := v.After; a.Tok != 0 && a.Tok < b.Tok {
+		if why := ex.revoked(a); why != "" {
+			return "the later grant's own: " + why
+		}
+	}
+	return ""
 }
 
 // stopped returns the evidence that worker w was stopped (SIGSTOP, then
