@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 )
 
 // CampaignTable rechecks saved runs (artifacts directories) with the
@@ -42,29 +41,15 @@ func CampaignTable(dirs []string) (string, bool, error) {
 			return "", false, fmt.Errorf("%s: %w", dir, err)
 		}
 		var sum Row
-		var rec []time.Duration
 		for _, r := range rep.Rows {
-			sum.Grants += r.Grants
-			sum.Double += r.Double
-			sum.Stale += r.Stale
-			sum.DoneAfter += r.DoneAfter
-			sum.Exempt += r.Exempt
-			sum.Regressions += r.Regressions
-			rec = append(rec, r.Recovery...)
+			sum.add(r)
 		}
 		for _, r := range rep.ByClass {
 			k := key{r.Workload, r.Class}
 			if classes[k] == nil {
 				classes[k] = &Row{Workload: r.Workload, Class: r.Class}
 			}
-			c := classes[k]
-			c.Grants += r.Grants
-			c.Double += r.Double
-			c.Stale += r.Stale
-			c.DoneAfter += r.DoneAfter
-			c.Exempt += r.Exempt
-			c.Regressions += r.Regressions
-			c.Recovery = append(c.Recovery, r.Recovery...)
+			classes[k].add(r)
 		}
 		for _, f := range rep.Faults {
 			for _, backend := range backendsOf(cfg) {
@@ -87,7 +72,7 @@ func CampaignTable(dirs []string) (string, bool, error) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %v | %d | %s | %d | %d | %d | %d | %s | %d | %d (%d) | %d | %s / %s | %s |\n",
 			filepath.Base(dir), backend, members, cfg.TTL, cfg.PerWorkload, resource, cfg.Seed, len(rep.Faults),
 			sum.Grants, sum.Double, lost, sum.Stale, sum.DoneAfter, sum.Exempt, sum.Regressions,
-			ms(quantile(rec, 0.5)), ms(quantile(rec, 1)), verdict)
+			ms(quantile(sum.Recovery, 0.5)), ms(quantile(sum.Recovery, 1)), verdict)
 	}
 	b.WriteString("\n| backend | fault class | faults | grants | double grants (unfenced) | stale admitted (fenced) | Done after successor: counted (exempt) | token regressions | recovery p50/max |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|\n")
@@ -101,6 +86,17 @@ func CampaignTable(dirs []string) (string, bool, error) {
 			ms(quantile(c.Recovery, 0.5)), ms(quantile(c.Recovery, 1)))
 	}
 	return b.String(), passed, nil
+}
+
+// add sums r's counts and recovery times into s.
+func (s *Row) add(r Row) {
+	s.Grants += r.Grants
+	s.Double += r.Double
+	s.Stale += r.Stale
+	s.DoneAfter += r.DoneAfter
+	s.Exempt += r.Exempt
+	s.Regressions += r.Regressions
+	s.Recovery = append(s.Recovery, r.Recovery...)
 }
 
 // backendsOf names the backends of a run's rows: "etcd", or the Redis
