@@ -162,11 +162,10 @@ func readWAL(dir string) ([]*raftpb.Entry, error) {
 				keep()
 				return out, err
 			}
-			// An entry at an index already held overwrites it and what follows.
-			if i := slices.IndexFunc(cur, func(c *raftpb.Entry) bool { return c.GetIndex() >= e.GetIndex() }); i >= 0 {
-				cur = cur[:i]
-			}
-			cur = append(cur, e)
+			// An entry at an index already held overwrites it and what
+			// follows (cur's indexes ascend: a binary search finds it).
+			i, _ := slices.BinarySearchFunc(cur, e.GetIndex(), func(c *raftpb.Entry, idx uint64) int { return cmp.Compare(c.GetIndex(), idx) })
+			cur = append(cur[:i], e)
 		case wal.StateType:
 			st := &raftpb.HardState{}
 			if err := proto.Unmarshal(rec.GetData(), st); err != nil {

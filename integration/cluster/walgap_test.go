@@ -18,6 +18,8 @@ import (
 // revoked). An entry the member never saw committed is left out: the tail
 // an old leader left before a gap (6, 7 at term 2, commit 5) and the last
 // tail (33, above the last commit); a local snapshot (at 22) is no gap.
+// An entry written again at its index replaces it and the entries after
+// it (25 and 26 at term 3, then at term 4: only the latter count).
 func TestReadWALAcrossGap(t *testing.T) {
 	dir := t.TempDir() + "/wal"
 	w, err := wal.Create(zap.NewNop(), dir, nil)
@@ -41,8 +43,8 @@ func TestReadWALAcrossGap(t *testing.T) {
 	require.NoError(t, w.Save(hard(3, 20), nil))
 	require.NoError(t, w.Save(hard(3, 23), ents(3, 21, 23)))
 	require.NoError(t, w.SaveSnapshot(snap(22, 3))) // local: no gap
-	require.NoError(t, w.Save(hard(3, 24), ents(3, 24, 25)))
-	require.NoError(t, w.Save(hard(4, 24), ents(4, 25, 25))) // 25 overwritten at term 4 before it committed
+	require.NoError(t, w.Save(hard(3, 24), ents(3, 24, 26)))
+	require.NoError(t, w.Save(hard(4, 26), ents(4, 25, 26))) // 25 and 26 overwritten at term 4 before they committed, then committed
 	require.NoError(t, w.SaveSnapshot(snap(30, 4)))          // received: a gap
 	require.NoError(t, w.Save(hard(4, 32), ents(4, 31, 33)))
 	require.NoError(t, w.Close())
@@ -53,5 +55,5 @@ func TestReadWALAcrossGap(t *testing.T) {
 	for _, e := range got {
 		idx = append(idx, [2]uint64{e.GetIndex(), e.GetTerm()})
 	}
-	assert.Equal(t, [][2]uint64{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {21, 3}, {22, 3}, {23, 3}, {24, 3}, {31, 4}, {32, 4}}, idx)
+	assert.Equal(t, [][2]uint64{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {21, 3}, {22, 3}, {23, 3}, {24, 3}, {25, 4}, {26, 4}, {31, 4}, {32, 4}}, idx)
 }
