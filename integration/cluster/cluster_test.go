@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // need ends the test unless this machine can run the harness: root (for

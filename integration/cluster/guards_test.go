@@ -15,7 +15,7 @@ import (
 	"github.com/dlock-go/dlock/contrib/s3fence"
 	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // needGuard ends the test unless guard's server can run here.

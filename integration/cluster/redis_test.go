@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // needRedis ends the test unless redis-server, redis-sentinel and gcc (for

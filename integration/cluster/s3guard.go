@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -27,6 +26,7 @@ import (
 	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/integration/cluster/history"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // s3GuardPort is the guard's S3 server's port on the resource's host.
@@ -111,7 +111,7 @@ func (sg *S3Guard) Start(ctx context.Context) error {
 		"--access", sg.access, "--secret", sg.secret, "--region", s3test.Region,
 		"--keep-alive", "--quiet",
 		"posix", "--versioning-dir", filepath.Join(sg.dir, "versions")}
-	if !hasXattrs(root) {
+	if !testenv.Xattrs(root) {
 		meta := filepath.Join(sg.dir, "meta")
 		if err := os.MkdirAll(meta, 0o755); err != nil {
 			return err
@@ -170,19 +170,6 @@ func (sg *S3Guard) client() *s3.Client {
 		UsePathStyle: true,
 		HTTPClient:   &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 	})
-}
-
-// hasXattrs reports whether dir's filesystem takes user extended
-// attributes, where versitygw keeps object metadata by default.
-func hasXattrs(dir string) bool {
-	f, err := os.CreateTemp(dir, ".xattr-")
-	if err != nil {
-		return false
-	}
-	name := f.Name()
-	_ = f.Close()
-	defer os.Remove(name)
-	return syscall.Setxattr(name, "user.dlock", []byte("1"), 0) == nil
 }
 
 // collect writes audit.jsonl (every version of the register objects, in

@@ -5,13 +5,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Binary returns the path of the etcd server binary that New starts: the
@@ -81,7 +84,8 @@ func buildCheckout(src string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("etcd's go.sum: %w", err)
 	}
-	return buildCached(string(sum), func(out string) error {
+	what := "etcd " + checkoutVersion(filepath.Join(src, "..", "go.mod")) + " (this checkout's integration/containers/etcd)"
+	return buildCached(string(sum), what, func(out string) error {
 		return gobuild(src, nil, "build", "-o", out, ".")
 	})
 }
@@ -90,7 +94,7 @@ func buildCheckout(src string) (string, error) {
 // module cache), in a module of its own in the user cache, unless the
 // cache has it already.
 func buildRelease(version string) (string, error) {
-	return buildCached("release "+version, func(out string) error {
+	return buildCached("release "+version, "etcd "+version+" from the Go module proxy", func(out string) error {
 		dir, err := os.MkdirTemp(filepath.Dir(out), "src-")
 		if err != nil {
 			return err
@@ -114,10 +118,28 @@ func buildRelease(version string) (string, error) {
 	})
 }
 
+// progress is where a build says what it does: stderr (a variable for
+// the package's tests).
+var progress io.Writer = os.Stderr
+
+// checkoutVersion returns the version of etcd's server that the go.mod at
+// path requires, or "" if it names none.
+func checkoutVersion(path string) string {
+	data, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "go.etcd.io/etcd/server/v3" {
+			return f[1]
+		}
+	}
+	return ""
+}
+
 // buildCached returns the binary cached under key (and the Go version),
 // building it with build into a temporary name first: several test
-// binaries may build at once, and the rename is atomic.
-func buildCached(key string, build func(out string) error) (string, error) {
+// binaries may build at once, and the rename is atomic. A build says so on
+// stderr at once, naming what (the etcd it builds) and the one-time cost:
+// the first test that needs etcd is otherwise silent for minutes.
+func buildCached(key, what string, build func(out string) error) (string, error) {
 	h := sha256.Sum256([]byte(key + runtime.Version()))
 	cache, err := os.UserCacheDir()
 	if err != nil {
@@ -137,9 +159,12 @@ func buildCached(key string, build func(out string) error) (string, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
+	fmt.Fprintf(progress, "etcdtest: building %s into %s (once, ~2 min; later runs reuse it; $DLOCK_ETCD names a binary instead)\n", what, dir)
+	start := time.Now()
 	if err := build(tmp.Name()); err != nil {
 		return "", err
 	}
+	fmt.Fprintf(progress, "etcdtest: built %s in %s\n", what, time.Since(start).Round(time.Second))
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return "", err
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/dlock-go/dlock/integration/containers"
 	"github.com/dlock-go/dlock/integration/etcdtest"
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // etcdContainers starts a 3-member etcd cluster in containers on their own

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // StartTimeout bounds the startup of one server: initdb plus the wait until

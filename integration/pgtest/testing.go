@@ -7,12 +7,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Start starts a server for t alone and stops it with t.Cleanup. When the
 // binaries are missing it skips t, or fails it under DLOCK_REQUIRE (see
-// integration/testenv); any other startup failure fails t.
+// internal/testenv); any other startup failure fails t.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	return testenv.StartFor(t, "postgres", ErrNotInstalled, StartServer)

@@ -7,7 +7,7 @@
 // A server is a redis-server process on a free loopback port. Without the
 // binary on PATH the test is skipped with a message, or fails when
 // DLOCK_REQUIRE=all (or lists "redis"), as decided by
-// integration/testenv. (Redis in a container, for faults the container
+// internal/testenv. (Redis in a container, for faults the container
 // runtime injects: integration/containers.StartRedis.)
 //
 // Each server runs with no persistence (--save "" --appendonly no) and

@@ -20,7 +20,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 	"github.com/dlock-go/dlock/integration/tlstest"
 )
 

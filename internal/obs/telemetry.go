@@ -123,8 +123,10 @@ type T struct {
 	client  []trace.SpanStartOption // {SpanKindClient}
 }
 
-// New returns the telemetry of backend ("etcd", "redis", "redlock") for c.
-func New(c Config, backend string) *T {
+// providers returns c's providers, each nil one replaced by its default:
+// OpenTelemetry's global meter and tracer providers, a logger that
+// discards.
+func (c Config) providers() (metric.MeterProvider, trace.TracerProvider, *slog.Logger) {
 	mp, tp, log := c.MeterProvider, c.TracerProvider, c.Logger
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -135,6 +137,12 @@ func New(c Config, backend string) *T {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	return mp, tp, log
+}
+
+// New returns the telemetry of backend ("etcd", "redis", "redlock") for c.
+func New(c Config, backend string) *T {
+	mp, tp, log := c.providers()
 	b := Backend.String(backend)
 	t := &T{
 		in: instrumentsOf(mp), tracer: tp.Tracer(Scope), log: log, backend: b,
@@ -312,16 +320,7 @@ func (g *Guarded) Write(ctx context.Context, name string, seq uint64, fn func(co
 // "postgres", "redis", "http", "grpc"); stale is the error a rejected
 // token matches (fence.ErrStaleToken).
 func NewGuard(c Config, guard string, stale error) *Guarded {
-	mp, tp, log := c.MeterProvider, c.TracerProvider, c.Logger
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	mp, tp, log := c.providers()
 	g := Guard.String(guard)
 	return &Guarded{in: instrumentsOf(mp), tracer: tp.Tracer(Scope), log: log, guard: g, set: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(g))}, stale: stale}
 }

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // StartTimeout bounds the startup of one server, after its binary was
@@ -69,7 +69,7 @@ func StartServer(ctx context.Context) (*Server, error) {
 		return nil, fmt.Errorf("s3test: %w", err)
 	}
 	var sidecar string
-	if !xattrs(root) {
+	if !testenv.Xattrs(root) {
 		sidecar = filepath.Join(dir, "meta")
 		if err := os.Mkdir(sidecar, 0o755); err != nil {
 			return nil, fmt.Errorf("s3test: %w", err)

@@ -10,12 +10,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Start starts a server for t alone and stops it with t.Cleanup. When
 // versitygw cannot be had it skips t, or fails it under DLOCK_REQUIRE (see
-// integration/testenv); any other startup failure fails t.
+// internal/testenv); any other startup failure fails t.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	return testenv.StartFor(t, "versitygw", ErrNotInstalled, StartServer)

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock/integration/cluster/internal/lossyfs"
-	"github.com/dlock-go/dlock/integration/testenv"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // mmapEnv makes the test binary a helper process that prints bytes of a
