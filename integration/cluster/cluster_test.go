@@ -101,7 +101,9 @@ func runCluster(t *testing.T, ctx context.Context, cfg Config) *Report {
 // control must see double grants (the pause faults make them): a run that
 // sees none is too gentle to count.
 func TestSmoke(t *testing.T) {
+	testenv.SkipUnlessLong(t, "~5 min: every etcd fault class against the four workloads")
 	need(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	rep := runCluster(t, ctx, Config{Seed: seed(t, 20261206), Faults: len(EtcdClasses), Lossy: true})
@@ -162,7 +164,9 @@ func verdict(t *testing.T, rep *Report) {
 // TestNewFaults runs the cluster-level classes (leader transfer, a
 // stalled disk, a member replaced) on 5 members, once each.
 func TestNewFaults(t *testing.T) {
+	testenv.SkipUnlessLong(t, "~1 min: leader transfer, a stalled disk, a member replaced")
 	need(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	classes := []string{"move-leader", "disk-stall", "member-replace"}

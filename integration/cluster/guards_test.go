@@ -45,9 +45,12 @@ func needGuard(t *testing.T, guard string) {
 // control beside it on the same server (no guard) must lose updates: the
 // pauses' double grants reached the resource.
 func TestGuards(t *testing.T) {
+	testenv.SkipUnlessLong(t, "~5 min: each guard's server under pauses and resource faults")
+	t.Parallel()
 	for _, guard := range Guards {
 		t.Run(guard, func(t *testing.T) {
 			needGuard(t, guard)
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 			defer cancel()
 			classes := append([]string{"pause-use"}, ClassesFor(guard)...)

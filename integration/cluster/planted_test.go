@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // TestPlanted shows that each checker can fail: every case plants one bug
@@ -12,7 +14,9 @@ import (
 // worker, or in the resource) and requires the checker made for it to
 // report it.
 func TestPlanted(t *testing.T) {
+	testenv.SkipUnlessLong(t, "~5 min: a cluster run per planted bug")
 	need(t)
+	t.Parallel()
 	cases := []struct {
 		name   string
 		cfg    Config
@@ -106,6 +110,7 @@ func TestPlanted(t *testing.T) {
 			if c.cfg.Guard != "" {
 				needGuard(t, c.cfg.Guard)
 			}
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 			defer cancel()
 			cfg := c.cfg

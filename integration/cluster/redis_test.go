@@ -53,8 +53,10 @@ func runRedisCluster(t *testing.T, ctx context.Context, cfg Config) *Report {
 // be injected, a workload makes no progress after a heal, a worker does
 // not stop cleanly, or a lock key outlives the run.
 func TestSmokeRedis(t *testing.T) {
+	testenv.SkipUnlessLong(t, "~3 min: every Redis fault class against Sentinel and Redlock")
 	need(t)
 	needRedis(t)
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	rep := runRedisCluster(t, ctx, Config{Seed: seed(t, 20261206), Faults: 2 * len(RedisClasses)})

@@ -123,6 +123,7 @@ func docker(t *testing.T, ctx context.Context, args ...string) {
 // progress through each fault; exclusion, strictly increasing tokens and
 // the porcupine checks hold over the whole run.
 func TestContainerClusterSurvivesPauseAndDisconnect(t *testing.T) {
+	testenv.SkipUnlessLong(t, "~1.5 min: a container cluster paused and disconnected in phases")
 	const (
 		workers = 4
 		phase   = 15

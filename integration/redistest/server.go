@@ -20,8 +20,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/testenv"
 	"github.com/dlock-go/dlock/integration/tlstest"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // Defaults, in one place.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/pgtest"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -172,9 +173,7 @@ func command(ctx context.Context, env []string, dir, name string, args ...string
 // compiles and runs the README's code, and runs docs/testing.md's example
 // (real etcd in a user's test, with no environment variable set).
 func TestRelease(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the release check builds the CLI and etcd from a module proxy: minutes")
-	}
+	testenv.SkipUnlessLong(t, "~5 min: builds the CLI and etcd from a module proxy of this tree")
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 	defer cancel()
 	root := repoRoot(t)

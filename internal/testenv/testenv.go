@@ -32,3 +32,26 @@ func Missing(t testing.TB, what, reason string) {
 	}
 	t.Skipf("skipping: %s unavailable: %s (set DLOCK_REQUIRE=all to make this a failure)", what, reason)
 }
+
+// LongVar is the variable that turns the long tests on: the cluster fault
+// harness's runs, the release check, the capacity smoke and the container
+// scenarios. README.md's second test command sets it; without it
+// `go test github.com/dlock-go/dlock/...` answers in minutes.
+const LongVar = "DLOCK_LONG"
+
+// Long reports whether the long tests run: LongVar is set to anything but
+// "" or "0".
+func Long() bool {
+	v := os.Getenv(LongVar)
+	return v != "" && v != "0"
+}
+
+// SkipUnlessLong skips a long test unless Long(), saying what it runs and
+// how long it takes (cost: "~5 min"), and how to run it. A long test is a
+// choice, not a missing dependency: DLOCK_REQUIRE does not make it fail.
+func SkipUnlessLong(t testing.TB, cost string) {
+	t.Helper()
+	if !Long() {
+		t.Skipf("skipping: a long test (%s); %s=1 runs it (README.md: the long tests)", cost, LongVar)
+	}
+}

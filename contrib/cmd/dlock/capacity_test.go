@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/cmd/dlock/internal/capacity"
 	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/dlock-go/dlock/internal/testenv"
 )
 
 // capacityCluster starts the 3-member cluster with fsync that the
@@ -55,6 +56,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // filled, that no dlock session was lost and no dlock grant was out of
 // FIFO order.
 func TestCapacitySmoke(t *testing.T) {
+	testenv.SkipUnlessLong(t, "~1-3 min: every capacity scenario at a small scale")
 	_, o := capacityCluster(t)
 	o.Inflight = []int{1, 16}
 	o.Held = []int{100}
