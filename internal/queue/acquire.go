@@ -42,7 +42,7 @@ func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*
 		return nil, cause(ctx, bctx, s, err)
 	}
 	// The grant: the rule judges the enqueue's reads, then waits. A try
-	// acquire that would wait is occupied (with a free compare the Txn
+	// acquire that would wait is occupied (with a vacant compare the Txn
 	// refused it already; without one, Shared's, it is judged here).
 	t := en.t
 	err = q.rule.admit(en.reads)
@@ -61,7 +61,7 @@ func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*
 	}
 	h := newHold(q, t)
 	if err := h.Err(); err != nil { // the session ended just before the grant
-		h.stop()
+		h.detach()
 		return nil, err
 	}
 	return h, nil
@@ -165,14 +165,14 @@ func (q *Queue) abandon(ctx context.Context, s Session, t ticket, unknown bool) 
 			// session's on this queue): a late enqueue is void all the
 			// same, but one that landed before the move left its key.
 			// Retire the name; the next enqueue deletes the key.
-			epoch, _ := t.st.epoch(q.prefix)
+			epoch, _ := t.st.epochOf(q.prefix)
 			q.adoptEpoch(t.st, epoch, resp.Responses[0].GetResponseRange().Kvs)
 			q.retire(t)
 			return nil
 		}
 		t.st.setEpoch(q.prefix, resp.Header.Revision)
 	}
-	t.st.release(t.slot)
+	t.st.freeSlot(t.slot)
 	return nil
 }
 
@@ -204,7 +204,7 @@ func (q *Queue) abandonTxn(t ticket, unknown bool) (clientv3.Cmp, []clientv3.Op,
 		return t.Owned(), ops, els
 	}
 	ek := q.epochKey(t.st)
-	epoch, _ := t.st.epoch(q.prefix)
+	epoch, _ := t.st.epochOf(q.prefix)
 	ops = append(ops, clientv3.OpPut(ek, "", clientv3.WithLease(t.st.id)))
 	return clientv3.Compare(clientv3.ModRevision(ek), "=", epoch), ops, []clientv3.Op{clientv3.OpGet(ek, clientv3.WithKeysOnly())}
 }

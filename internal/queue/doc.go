@@ -20,7 +20,7 @@
 // a failed entry in one place; enqueue.go, the enqueue's Txn; rules.go and
 // wait.go, what each rule reads and waits on; hold.go, a grant's life and
 // its release (leave, remove); state.go, the session's queue state and
-// where a hold's loss is noticed (End, check); names.go, key names,
+// where a hold's loss is noticed (End, checkHolds); names.go, key names,
 // leftovers and strays; epochs.go, the epochs that void late writes;
 // plant.go, the fault seam's planted release (built with the tag
 // dlock_faults only).

@@ -17,15 +17,15 @@ var errNoProgress = errors.New("no progress")
 // maxTries bounds the tries of one enqueue.
 const maxTries = 8
 
-func (q *Queue) ticket(st *state) ticket {
-	slot, name := st.name()
-	return ticket{entry: entry{Key: q.keys + name}, st: st, slot: slot}
+func (q *Queue) newTicket(st *state) ticket {
+	slot, name := st.reserveName()
+	return ticket{entry: entry{Key: q.keyPrefix + name}, st: st, slot: slot}
 }
 
 // prepare moves the epoch if an earlier cleanup could not, then deletes
 // leftover keys; it returns the epoch to compare with.
 func (q *Queue) prepare(ctx context.Context, s Session, st *state) (int64, error) {
-	epoch, dirty := st.epoch(q.prefix)
+	epoch, dirty := st.epochOf(q.prefix)
 	if dirty {
 		resp, err := q.kv.Put(ctx, q.epochKey(st), "", clientv3.WithLease(s.Lease()))
 		if err != nil {
@@ -52,16 +52,16 @@ func (q *Queue) prepare(ctx context.Context, s Session, st *state) (int64, error
 // is sent once.
 func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (enqueued, error) {
 	st := stateOf(s)
-	t := q.ticket(st)
+	t := q.newTicket(st)
 	t.ahead = -1
 	ek := q.epochKey(st)
 	cmps := make([]clientv3.Cmp, 2, 3) // the key is free; the epoch (set in each try) unmoved
 	cmps[0] = clientv3.Compare(clientv3.CreateRevision(t.Key), "=", 0)
-	haveFree := q.haveFree
-	if try && haveFree {
-		cmps = append(cmps, q.free)
+	haveVacant := q.haveVacant
+	if try && haveVacant {
+		cmps = append(cmps, q.vacant)
 	}
-	reads := q.reads
+	reads := q.joinReads
 	side := q.rule.sideKeys(q, t.Key)
 	then := make([]clientv3.Op, 0, len(reads)+1+len(side))
 	then = append(append(then, reads...), clientv3.OpPut(t.Key, q.rule.value(val), clientv3.WithLease(s.Lease())))
@@ -71,12 +71,12 @@ func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (e
 	for range maxTries {
 		epoch, err := q.prepare(ctx, s, st)
 		if err != nil {
-			st.release(t.slot)
+			st.freeSlot(t.slot)
 			return enqueued{}, err
 		}
 		cmps[1] = clientv3.Compare(clientv3.ModRevision(ek), "=", epoch)
 		txn := q.cli.Txn(ctx).If(cmps...).Then(then...)
-		if try && haveFree {
+		if try && haveVacant {
 			// Why the compare failed, in the same round trip: the
 			// queue is taken unless the epoch moved or a stray key of
 			// ours holds the name.
@@ -85,7 +85,7 @@ func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (e
 		resp, err := txn.Commit()
 		if err != nil {
 			if refused(err) { // not applied, now or later
-				st.release(t.slot)
+				st.freeSlot(t.slot)
 				return enqueued{}, err
 			}
 			return enqueued{t: t, unknown: true}, err
@@ -95,25 +95,25 @@ func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (e
 			got := resp.Responses[:len(reads)]
 			t.queued = !q.rule.grantedAtJoin(t.entry, got)
 			if _, ok := q.rule.(shared); ok {
-				t.ahead = before(got)
+				t.ahead = aheadAtJoin(got)
 			}
 			return enqueued{t: t, reads: got}, nil
 		}
-		if !(try && haveFree) {
+		if !(try && haveVacant) {
 			// Rare: read why in a second request rather than carry an
 			// Else branch in every enqueue.
 			if resp, err = q.kv.Txn(ctx).Then(
 				clientv3.OpGet(ek, clientv3.WithKeysOnly()),
 				clientv3.OpGet(t.Key, clientv3.WithKeysOnly()),
 			).Commit(); err != nil {
-				st.release(t.slot)
+				st.freeSlot(t.slot)
 				return enqueued{}, err
 			}
 		}
 		moved := q.adoptEpoch(st, epoch, resp.Responses[0].GetResponseRange().Kvs)
 		stray := resp.Responses[1].GetResponseRange().Kvs
-		if try && haveFree && !moved && len(stray) == 0 {
-			st.release(t.slot) // the epoch held and the queue is taken
+		if try && haveVacant && !moved && len(stray) == 0 {
+			st.freeSlot(t.slot) // the epoch held and the queue is taken
 			return enqueued{}, ErrOccupied
 		}
 		if len(stray) > 0 {
@@ -122,7 +122,7 @@ func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (e
 			}
 		}
 	}
-	st.release(t.slot)
+	st.freeSlot(t.slot)
 	return enqueued{}, fmt.Errorf("enqueue: %d tries: %w", maxTries, errNoProgress)
 }
 

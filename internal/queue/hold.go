@@ -12,8 +12,8 @@ import (
 // Hold is the life of a granted entry (a lock grant, a leadership term).
 // It ends when the session ends (synchronously, before the session's own
 // Done closes: its state ends it), when the entry's key is found deleted
-// (checked at each heartbeat from the first call to Done on: see "Watched
-// holds"), or on Release. It is safe for concurrent use.
+// (checked at each heartbeat from the first call to Done on: see "Holds"
+// in docs/queue.md), or on Release. It is safe for concurrent use.
 type Hold struct {
 	q *Queue
 	t ticket
@@ -23,19 +23,19 @@ type Hold struct {
 	releaseMu sync.Mutex // serialises Release
 	onEnd     func(error)
 
-	mu        sync.Mutex
-	done      chan struct{}
-	err       error
-	released  bool // Release deleted the key
-	releasing bool // a Release's delete is in flight: a deletion may be ours
-	goneSeen  bool // the watcher saw the key deleted while releasing
+	mu          sync.Mutex
+	done        chan struct{}
+	err         error
+	released    bool // Release deleted the key
+	releasing   bool // a Release's delete is in flight: a deletion may be ours
+	missingSeen bool // the heartbeat's check found the key missing while releasing
 }
 
 // newHold starts the hold of ticket t. If its session has already ended,
 // the hold is ended at once (check Err).
 func newHold(q *Queue, t ticket) *Hold {
 	h := &Hold{q: q, t: t, done: make(chan struct{})}
-	t.st.hold(h)
+	t.st.addHold(h)
 	return h
 }
 
@@ -106,14 +106,15 @@ func (h *Hold) end(err error) {
 	}
 }
 
-// gone ends the hold because its key was found deleted, unless a
+// keyMissing ends the hold because the heartbeat's check found its key
+// deleted (no longer bound to the lease), unless a
 // Release's delete is in flight or done (the deletion may be Release's
 // own: Release decides).
-func (h *Hold) gone() {
+func (h *Hold) keyMissing() {
 	h.t.st.unwatch(h)
 	h.mu.Lock()
 	if h.releasing || h.released { // released: Release is about to end it
-		h.goneSeen = true
+		h.missingSeen = true
 		h.mu.Unlock()
 		return
 	}
@@ -121,11 +122,11 @@ func (h *Hold) gone() {
 	h.end(ErrEntryGone)
 }
 
-// stop takes the hold off its session's state. Call it once the hold has
+// detach takes the hold off its session's state. Call it once the hold has
 // ended.
-func (h *Hold) stop() {
+func (h *Hold) detach() {
 	h.watchOnce.Do(func() {}) // not checked from now on
-	h.t.st.drop(h)
+	h.t.st.dropHold(h)
 }
 
 // Release ends the hold by deleting the key, guarded by its create
@@ -139,7 +140,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	h.releaseMu.Lock()
 	defer h.releaseMu.Unlock()
 	if err := h.Err(); err != nil {
-		h.stop()
+		h.detach()
 		h.mu.Lock()
 		ok := h.released
 		h.mu.Unlock()
@@ -154,14 +155,14 @@ func (h *Hold) Release(ctx context.Context) error {
 	deleted, err := h.q.leave(ctx, h.t)
 	h.mu.Lock()
 	h.releasing = false
-	goneSeen := h.goneSeen
+	missingSeen := h.missingSeen
 	if err == nil && deleted {
 		h.released = true
 	}
 	h.mu.Unlock()
 	switch {
 	case err != nil:
-		if goneSeen { // the check saw the key gone: the hold must end here
+		if missingSeen { // the heartbeat found the key missing: the hold must end here
 			h.end(ErrEntryGone)
 		}
 		return err
@@ -170,7 +171,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	default:
 		h.end(ErrReleased)
 	}
-	h.stop()
+	h.detach()
 	if deleted {
 		return nil
 	}
@@ -188,7 +189,7 @@ func (q *Queue) leave(ctx context.Context, t ticket) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	t.st.release(t.slot)
+	t.st.freeSlot(t.slot)
 	return deleted, nil
 }
 

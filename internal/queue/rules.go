@@ -24,9 +24,9 @@ type Rule interface {
 	// key is key, in the enqueue Txn, and deleted with it by a release or
 	// an abandon (not by the lease's end).
 	sideKeys(q *Queue, key string) []string
-	// free returns the compare that holds when an entry put now would be
-	// granted at once, if the rule has one.
-	free(q *Queue) (clientv3.Cmp, bool)
+	// vacant returns the compare that holds when an entry put now would be
+	// granted at once (the queue is vacant for it), if the rule has one.
+	vacant(q *Queue) (clientv3.Cmp, bool)
 	// admit checks the enqueue's reads before anything else: an error
 	// (ErrPermits) abandons the entry.
 	admit(reads []*pb.ResponseOp) error
@@ -42,7 +42,7 @@ type base struct{}
 func (base) value(val string) string                    { return val }
 func (base) sideKeys(*Queue, string) []string           { return nil }
 func (base) admit([]*pb.ResponseOp) error               { return nil }
-func (base) free(*Queue) (clientv3.Cmp, bool)           { return clientv3.Cmp{}, false }
+func (base) vacant(*Queue) (clientv3.Cmp, bool)         { return clientv3.Cmp{}, false }
 func (base) keyPrefix(q *Queue) string                  { return q.prefix }
 func (base) joinReads(q *Queue) []clientv3.Op           { return nil }
 func (base) grantedAtJoin(entry, []*pb.ResponseOp) bool { return false }
@@ -58,7 +58,7 @@ func (exclusive) joinReads(q *Queue) []clientv3.Op {
 	return []clientv3.Op{clientv3.OpGet(q.prefix, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)}
 }
 
-func (exclusive) free(q *Queue) (clientv3.Cmp, bool) {
+func (exclusive) vacant(q *Queue) (clientv3.Cmp, bool) {
 	return clientv3.Compare(clientv3.CreateRevision(q.prefix), "=", 0).WithPrefix(), true
 }
 
@@ -93,7 +93,7 @@ func lastWriter(q *Queue, more ...clientv3.OpOption) []clientv3.OpOption {
 	}, more...)
 }
 
-func (reader) free(q *Queue) (clientv3.Cmp, bool) {
+func (reader) vacant(q *Queue) (clientv3.Cmp, bool) {
 	return clientv3.Compare(clientv3.CreateRevision(q.prefix), "=", 0).WithRange(q.prefix + "r/"), true
 }
 
@@ -137,7 +137,7 @@ func (r delayed) wait(ctx context.Context, q *Queue, e entry, reads []*pb.Respon
 // an entry whose queue's first entry has another n is refused
 // (ErrPermits). A waiter keeps the count of entries before it from one
 // watch on the queue: a release makes only the waiter it grants issue a
-// request (see "Semaphores" in doc.go).
+// request (see "Semaphores" in docs/queue.md).
 func Shared(n int) Rule { return shared{n: n} }
 
 type shared struct {
@@ -186,12 +186,12 @@ func (r shared) admit(reads []*pb.ResponseOp) error {
 	return nil
 }
 
-func before(reads []*pb.ResponseOp) int64 { return reads[0].GetResponseRange().Count }
+func aheadAtJoin(reads []*pb.ResponseOp) int64 { return reads[0].GetResponseRange().Count }
 
 func (r shared) grantedAtJoin(_ entry, reads []*pb.ResponseOp) bool {
-	return before(reads) < int64(r.n)
+	return aheadAtJoin(reads) < int64(r.n)
 }
 
 func (r shared) wait(ctx context.Context, q *Queue, e entry, reads []*pb.ResponseOp) error {
-	return q.waitShared(ctx, e, int64(r.n), before(reads))
+	return q.waitShared(ctx, e, int64(r.n), aheadAtJoin(reads))
 }
