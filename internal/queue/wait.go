@@ -10,18 +10,32 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// readVia is where a read of the wait goes: a serializable read is served
-// by the member itself, leader or not, so it is sent once (the read after
-// each watch event: the hot path of a handoff); a linearizable one needs
-// the leader, and rides out an election (internal/retry).
-func (q *Queue) readVia(serializable bool) interface {
+// kvReader is where readAfter sends a read: the client itself, or q.kv.
+type kvReader interface {
 	Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error)
 	Txn(ctx context.Context) clientv3.Txn
-} {
-	if serializable {
-		return q.cli
+}
+
+// readAfter is the one way a waiter re-reads the queue after a deletion at
+// revision delRev (0: no watch event told it: the watch broke, or a read
+// found the key gone). read sends its request through via, with more
+// added to the options of each of its reads, and returns the revision the
+// read was served at. After an event the read is serializable
+// (WithSerializable, through the client): the member serves it itself,
+// leader or not, and it is sent once (it follows each watch event: the hot
+// path of a handoff). If it was served below delRev (a lagging member),
+// or without an event, the read is linearizable (no option, through q.kv):
+// it needs the leader, and rides out an election (internal/retry). See
+// "Waiting" in docs/queue.md. It returns read's error.
+func (q *Queue) readAfter(delRev int64, read func(via kvReader, more ...clientv3.OpOption) (int64, error)) error {
+	if delRev > 0 {
+		rev, err := read(q.cli, clientv3.WithSerializable())
+		if err != nil || rev >= delRev {
+			return err
+		}
 	}
-	return q.kv
+	_, err := read(q.kv)
+	return err
 }
 
 // predecessor returns the entry a one-range read found, or nil.
@@ -36,8 +50,8 @@ func predecessor(reads []*pb.ResponseOp) *mvccpb.KeyValue {
 // its enqueue, and fromRev the revision to watch it from: e.Rev+1 (see
 // "Waiting" in docs/queue.md). It watches only the immediate predecessor;
 // after each deletion it re-reads, in one request, the new predecessor and
-// whether e itself still exists (readPredecessor). It returns ErrEntryGone if e
-// disappeared, or ctx's error. It never deletes e.
+// whether e itself still exists (readPredecessor). It returns ErrEntryGone
+// if e disappeared, or ctx's error. It never deletes e.
 func (q *Queue) waitFirst(ctx context.Context, e entry, pred *mvccpb.KeyValue, fromRev int64) error {
 	for pred != nil {
 		delRev, err := q.waitDelete(ctx, pred, fromRev)
@@ -53,28 +67,23 @@ func (q *Queue) waitFirst(ctx context.Context, e entry, pred *mvccpb.KeyValue, f
 	return nil
 }
 
-// readPredecessor reads, in one range, e's predecessor (nil if e is first) and
-// whether e still exists; it returns the revision it read at. The range
-// is the queue's last two entries created at or before e.Rev: e itself,
-// then its predecessor. After a watch event (delRev > 0) the read is
-// serializable, and repeated linearizably if it was served below delRev
-// (see "Waiting").
+// readPredecessor reads, in one range, e's predecessor (nil if e is
+// first) and whether e still exists; it returns the revision it read at.
+// The range is the queue's last two entries created at or before e.Rev: e
+// itself, then its predecessor. delRev is as readAfter's.
 func (q *Queue) readPredecessor(ctx context.Context, e entry, delRev int64) (pred *mvccpb.KeyValue, rev int64, err error) {
+	opts := []clientv3.OpOption{
+		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+		clientv3.WithLimit(2), clientv3.WithMaxCreateRev(e.Rev), clientv3.WithKeysOnly(),
+	}
 	var resp *clientv3.GetResponse
-	for _, serializable := range []bool{delRev > 0, false} {
-		opts := []clientv3.OpOption{
-			clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-			clientv3.WithLimit(2), clientv3.WithMaxCreateRev(e.Rev), clientv3.WithKeysOnly(),
+	if err = q.readAfter(delRev, func(via kvReader, more ...clientv3.OpOption) (int64, error) {
+		if resp, err = via.Get(ctx, q.prefix, append(opts, more...)...); err != nil {
+			return 0, err
 		}
-		if serializable {
-			opts = append(opts, clientv3.WithSerializable())
-		}
-		if resp, err = q.readVia(serializable).Get(ctx, q.prefix, opts...); err != nil {
-			return nil, 0, err
-		}
-		if !serializable || resp.Header.Revision >= delRev {
-			break
-		}
+		return resp.Header.Revision, nil
+	}); err != nil {
+		return nil, 0, err
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != e.Rev || string(resp.Kvs[0].Key) != e.Key {
 		return nil, 0, ErrEntryGone
@@ -157,25 +166,20 @@ func (q *Queue) waitReader(ctx context.Context, e entry, writer *mvccpb.KeyValue
 	return nil
 }
 
-// readLastWriter is readPredecessor for a reader: its own key, and the
-// last writer created before it. Serializable after an event, as
-// readPredecessor.
+// readLastWriter is readPredecessor for a reader: in one Txn of two reads
+// at one revision, its own key, and the last writer created before it.
 func (q *Queue) readLastWriter(ctx context.Context, e entry, delRev int64) (writer *mvccpb.KeyValue, rev int64, err error) {
 	var resp *clientv3.TxnResponse
-	for _, serializable := range []bool{delRev > 0, false} {
-		var more []clientv3.OpOption
-		if serializable {
-			more = append(more, clientv3.WithSerializable())
-		}
-		if resp, err = q.readVia(serializable).Txn(ctx).Then(
+	if err = q.readAfter(delRev, func(via kvReader, more ...clientv3.OpOption) (int64, error) {
+		if resp, err = via.Txn(ctx).Then(
 			clientv3.OpGet(e.Key, append([]clientv3.OpOption{clientv3.WithKeysOnly()}, more...)...),
 			clientv3.OpGet(q.prefix, lastWriter(q, append(more, clientv3.WithMaxCreateRev(e.Rev))...)...),
 		).Commit(); err != nil {
-			return nil, 0, err
+			return 0, err
 		}
-		if !serializable || resp.Header.Revision >= delRev {
-			break
-		}
+		return resp.Header.Revision, nil
+	}); err != nil {
+		return nil, 0, err
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	if len(own) == 0 || own[0].CreateRevision != e.Rev {
@@ -324,24 +328,21 @@ func (q *Queue) watchCount(ctx context.Context, e entry, n, before, fromRev int6
 
 // readHolders reads the first n entries created at or before e: e is
 // granted if it is among them, gone if they are fewer than n without it.
-// Serializable after an event, as readPredecessor.
+// delRev is as readAfter's.
 func (q *Queue) readHolders(ctx context.Context, e entry, n, delRev int64) (bool, error) {
+	opts := []clientv3.OpOption{
+		clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(n),
+	}
 	var resp *clientv3.GetResponse
-	var err error
-	for _, serializable := range []bool{delRev > 0, false} {
-		opts := []clientv3.OpOption{
-			clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(n),
+	if err := q.readAfter(delRev, func(via kvReader, more ...clientv3.OpOption) (int64, error) {
+		var err error
+		if resp, err = via.Get(ctx, q.prefix, append(opts, more...)...); err != nil {
+			return 0, err
 		}
-		if serializable {
-			opts = append(opts, clientv3.WithSerializable())
-		}
-		if resp, err = q.readVia(serializable).Get(ctx, q.prefix, opts...); err != nil {
-			return false, err
-		}
-		if !serializable || resp.Header.Revision >= delRev {
-			break
-		}
+		return resp.Header.Revision, nil
+	}); err != nil {
+		return false, err
 	}
 	for _, kv := range resp.Kvs {
 		if kv.CreateRevision == e.Rev && string(kv.Key) == e.Key {
