@@ -17,11 +17,6 @@ var errNoProgress = errors.New("no progress")
 // maxTries bounds the tries of one enqueue.
 const maxTries = 8
 
-func (q *Queue) newTicket(st *state) ticket {
-	slot, name := st.reserveName()
-	return ticket{entry: entry{Key: q.keyPrefix + name}, st: st, slot: slot}
-}
-
 // prepare moves the epoch if an earlier cleanup could not, then deletes
 // leftover keys; it returns the epoch to compare with.
 func (q *Queue) prepare(ctx context.Context, s Session, st *state) (int64, error) {
@@ -45,15 +40,15 @@ func (q *Queue) prepare(ctx context.Context, s Session, st *state) (int64, error
 // not, it creates nothing and returns ErrOccupied (a rule without such a
 // compare creates the entry, and Acquire judges it by its reads).
 //
-// On error nothing is left behind, except after an unknown outcome: the
-// Txn failed but may still be applied, now or later, and enqueue returns
-// it as unknown, for Acquire to void (abandon) before it sends the
-// enqueue again under a fresh name (see "Late writes"). The enqueue's Txn
-// is sent once.
+// On error nothing is left behind: after an unknown outcome (the Txn
+// failed but may still be applied, now or later) enqueue voids it first
+// (abandon, which also moves the epoch: see "Late writes"), and Acquire
+// may send the enqueue again under a fresh name. The enqueue's Txn is sent
+// once.
 func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (enqueued, error) {
 	st := stateOf(s)
-	t := q.newTicket(st)
-	t.ahead = -1
+	slot, keyName := st.reserveName()
+	t := ticket{entry: entry{Key: q.keyPrefix + keyName}, st: st, slot: slot}
 	ek := q.epochKey(st)
 	cmps := make([]clientv3.Cmp, 2, 3) // the key is free; the epoch (set in each try) unmoved
 	cmps[0] = clientv3.Compare(clientv3.CreateRevision(t.Key), "=", 0)
@@ -61,10 +56,10 @@ func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (e
 	if try && haveVacant {
 		cmps = append(cmps, q.vacant)
 	}
-	reads := q.joinReads
+	joinReads := q.joinReads
 	side := q.rule.sideKeys(q, t.Key)
-	then := make([]clientv3.Op, 0, len(reads)+1+len(side))
-	then = append(append(then, reads...), clientv3.OpPut(t.Key, q.rule.value(val), clientv3.WithLease(s.Lease())))
+	then := make([]clientv3.Op, 0, len(joinReads)+1+len(side))
+	then = append(append(then, joinReads...), clientv3.OpPut(t.Key, q.rule.value(val), clientv3.WithLease(s.Lease())))
 	for _, k := range side {
 		then = append(then, clientv3.OpPut(k, ""))
 	}
@@ -88,16 +83,11 @@ func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (e
 				st.freeSlot(t.slot)
 				return enqueued{}, err
 			}
-			return enqueued{t: t, unknown: true}, err
+			return enqueued{}, withCleanup(err, t, q.abandon(ctx, s, t, true))
 		}
 		if resp.Succeeded {
 			t.Rev = resp.Header.Revision
-			got := resp.Responses[:len(reads)]
-			t.queued = !q.rule.grantedAtJoin(t.entry, got)
-			if _, ok := q.rule.(shared); ok {
-				t.ahead = aheadAtJoin(got)
-			}
-			return enqueued{t: t, reads: got}, nil
+			return enqueued{t: t, reads: resp.Responses[:len(joinReads)]}, nil
 		}
 		if !(try && haveVacant) {
 			// Rare: read why in a second request rather than carry an

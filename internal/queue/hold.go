@@ -31,12 +31,29 @@ type Hold struct {
 	missingSeen bool // the heartbeat's check found the key missing while releasing
 }
 
-// newHold starts the hold of ticket t. If its session has already ended,
-// the hold is ended at once (check Err).
-func newHold(q *Queue, t ticket) *Hold {
+// newHold starts the hold of ticket t, among its session's live holds; it
+// fails with ErrSessionEnded if the session has ended.
+func newHold(q *Queue, t ticket) (*Hold, error) {
 	h := &Hold{q: q, t: t, done: make(chan struct{})}
-	t.st.addHold(h)
-	return h
+	if err := t.st.addHold(h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// addHold adds h to the live holds (unwatched), unless the session has
+// ended (ErrSessionEnded, with the session's cause).
+func (st *state) addHold(h *Hold) error {
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	if err := st.endCause; err != nil {
+		return &endedError{err}
+	}
+	if st.holds == nil {
+		st.holds = make(map[*Hold]bool)
+	}
+	st.holds[h] = false
+	return nil
 }
 
 // Key returns the held entry's key.
@@ -54,6 +71,15 @@ func (h *Hold) Owned() clientv3.Cmp { return h.t.Owned() }
 func (h *Hold) Done() <-chan struct{} {
 	h.watchOnce.Do(func() { h.t.st.watch(h) })
 	return h.done
+}
+
+// watch has h's key checked at each heartbeat (checkHolds), if h is live.
+func (st *state) watch(h *Hold) {
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	if _, ok := st.holds[h]; ok {
+		st.holds[h] = true
+	}
 }
 
 // Err returns nil while the hold looks live, then why it ended:
@@ -122,11 +148,27 @@ func (h *Hold) keyMissing() {
 	h.end(ErrEntryGone)
 }
 
+// unwatch stops the check of h's key.
+func (st *state) unwatch(h *Hold) {
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	if _, ok := st.holds[h]; ok {
+		st.holds[h] = false
+	}
+}
+
 // detach takes the hold off its session's state. Call it once the hold has
 // ended.
 func (h *Hold) detach() {
 	h.watchOnce.Do(func() {}) // not checked from now on
 	h.t.st.dropHold(h)
+}
+
+// dropHold removes h, which has ended, from the live holds.
+func (st *state) dropHold(h *Hold) {
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	delete(st.holds, h)
 }
 
 // Release ends the hold by deleting the key, guarded by its create

@@ -22,7 +22,7 @@ import (
 
 // reserveName reserves a key name: the lease and a slot number unique
 // among the session's live attempts.
-func (st *state) reserveName() (slot uint64, name string) {
+func (st *state) reserveName() (slot uint64, keyName string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if n := len(st.freeSlots); n > 0 {

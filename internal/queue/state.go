@@ -14,9 +14,10 @@ import (
 // state is one session's queue state, shared by all its queues: the key
 // names in use (names.go, "Key names" in docs/queue.md), the leftovers of
 // failed cleanups, its epoch in each queue (epochs.go, "Late writes"), and
-// its live holds (here). It is the session's attachment: the session runs its
-// Heartbeat (the check of the held keys, and the sweeps) after each
-// acknowledged keepalive, and its End when it ends, which ends every hold.
+// its live holds (ended here; added, watched and dropped by hold.go). It is
+// the session's attachment: the session runs its Heartbeat (the check of
+// the held keys, and the sweeps) after each acknowledged keepalive, and
+// its End when it ends, which ends every hold.
 // It lives and dies with the Session value: two sessions never share it,
 // even with the same lease ID on two clusters.
 type state struct {
@@ -84,28 +85,6 @@ func (st *state) End(err error) {
 	}
 }
 
-// addHold adds h to the live holds; if the session has ended, it ends h.
-func (st *state) addHold(h *Hold) {
-	st.holdMu.Lock()
-	if err := st.endCause; err != nil {
-		st.holdMu.Unlock()
-		h.end(&endedError{err})
-		return
-	}
-	if st.holds == nil {
-		st.holds = make(map[*Hold]bool)
-	}
-	st.holds[h] = false
-	st.holdMu.Unlock()
-}
-
-// dropHold removes h, which has ended, from the live holds.
-func (st *state) dropHold(h *Hold) {
-	st.holdMu.Lock()
-	defer st.holdMu.Unlock()
-	delete(st.holds, h)
-}
-
 // Watched holds.
 //
 // A hold whose Done is called must learn when its key is deleted behind
@@ -117,25 +96,9 @@ func (st *state) dropHold(h *Hold) {
 // every watched hold whose key is missing: no goroutine and no watch per
 // hold, one request per heartbeat interval (which also finds strays, see
 // names.go), and a deletion reported within one interval. The session's
-// own end still ends every hold at once (End).
-
-// watch has h's key checked at each heartbeat, if h is live.
-func (st *state) watch(h *Hold) {
-	st.holdMu.Lock()
-	defer st.holdMu.Unlock()
-	if _, ok := st.holds[h]; ok {
-		st.holds[h] = true
-	}
-}
-
-// unwatch stops the check of h's key.
-func (st *state) unwatch(h *Hold) {
-	st.holdMu.Lock()
-	defer st.holdMu.Unlock()
-	if _, ok := st.holds[h]; ok {
-		st.holds[h] = false
-	}
-}
+// own end still ends every hold at once (End). A hold joins the live holds
+// when it starts (addHold), is watched from its first Done (watch), and
+// leaves them when it ends (dropHold), all in hold.go.
 
 // checkHolds ends every watched hold whose key is no longer bound to the
 // lease, and returns the keys that are (one LeaseTimeToLive with keys); ok

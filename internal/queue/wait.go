@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -36,14 +35,6 @@ func (q *Queue) readAfter(delRev int64, read func(via kvReader, more ...clientv3
 	}
 	_, err := read(q.kv)
 	return err
-}
-
-// predecessor returns the entry a one-range read found, or nil.
-func predecessor(reads []*pb.ResponseOp) *mvccpb.KeyValue {
-	if kvs := reads[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		return kvs[0]
-	}
-	return nil
 }
 
 // waitFirst blocks until e is the first entry. pred is e's predecessor at
