@@ -54,7 +54,7 @@
 
 /* ---- etcd: one store, linearizable ---- */
 byte rev = 1;      /* the store's revision */
-byte crev[N];      /* client i's queue key (sequential attempts of a session reuse one name, state.name): create revision, 0 absent */
+byte crev[N];      /* client i's queue key (sequential attempts of a session reuse one name, state.reserveName): create revision, 0 absent */
 byte erev[N];      /* client i's epoch key for the queue (Queue.epochKey): mod revision, 0 absent */
 bool lease[N];     /* client i's lease exists on the server */
 
