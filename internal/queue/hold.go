@@ -133,9 +133,8 @@ func (h *Hold) end(err error) {
 }
 
 // keyMissing ends the hold because the heartbeat's check found its key
-// deleted (no longer bound to the lease), unless a
-// Release's delete is in flight or done (the deletion may be Release's
-// own: Release decides).
+// deleted (no longer bound to the lease), unless a Release's delete is in
+// flight or done (the deletion may be Release's own: Release decides).
 func (h *Hold) keyMissing() {
 	h.t.st.unwatch(h)
 	h.mu.Lock()

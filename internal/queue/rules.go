@@ -196,8 +196,8 @@ func (r shared) admit(reads []*pb.ResponseOp) error {
 	return nil
 }
 
-// aheadAtJoin is the count of entries before the entry that its enqueue
-// read.
+// aheadAtJoin is the number of entries before the entry, as a Shared
+// rule's enqueue read it (its first join read counts them).
 func aheadAtJoin(reads []*pb.ResponseOp) int64 { return reads[0].GetResponseRange().Count }
 
 func (r shared) queuedAtJoin(reads []*pb.ResponseOp) (bool, int64) {

@@ -29,7 +29,7 @@ type state struct {
 	mu        sync.Mutex
 	freeSlots []uint64
 	next      uint64
-	busy      map[uint64]struct{}   // slots handed out to an attempt and not yet released or retired
+	busy      map[uint64]struct{}   // slots handed out to an attempt and not yet freed or retired
 	leftovers map[string]bool       // keys whose removal failed; their names are retired
 	epochs    map[string]epochState // queue prefix → the session's epoch there
 
