@@ -54,7 +54,7 @@
 
 /* ---- etcd: one store, linearizable ---- */
 byte rev = 1;      /* the store's revision */
-byte crev[N];      /* client i's queue key (sequential attempts of a session reuse one name, state.name): create revision, 0 absent */
+byte crev[N];      /* client i's queue key (sequential attempts of a session reuse one name, state.reserveName): create revision, 0 absent */
 byte erev[N];      /* client i's epoch key for the queue (Queue.epochKey): mod revision, 0 absent */
 bool lease[N];     /* client i's lease exists on the server */
 
@@ -67,7 +67,7 @@ byte prelR[N];     /* the create revision it is guarded by */
 /* ---- the clients' view ---- */
 bool late[N];      /* client i's session passed its local deadline (session.Session's Done) */
 bool cs[N];        /* client i acts as holder */
-bool busy[N];      /* client i's key name is held by an attempt (state.name until state.release) */
+bool busy[N];      /* client i's key name is held by an attempt (state.reserveName until state.freeSlot) */
 byte lastTok;      /* the token of the latest grant */
 
 byte enqFaults = ENQ_FAULTS;
@@ -102,7 +102,7 @@ inline enqueueTxn(i, e, ok) {
 	fi
 }
 
-/* The entry created last before revision r (the Exclusive rule's read, Queue.check): pc its client, pr its revision (0: none). */
+/* The entry created last before revision r (the Exclusive rule's read, Queue.readPredecessor): pc its client, pr its revision (0: none). */
 inline lastBefore(r, pc, pr) {
 	pr = 0; pc = 0; j = 0;
 	do
@@ -219,12 +219,12 @@ wait:
 		:: d_step { cancels > 0 -> cancels-- }; goto abandon
 		fi;
 		if
-		:: crev[i] != r -> goto abandon /* Queue.check: ErrEntryGone (one request with the next step) */
+		:: crev[i] != r -> goto abandon /* Queue.readPredecessor: ErrEntryGone (one request with the next step) */
 		:: else ->
 #ifdef BREAK_CHECK
 			pr = 0
 #else
-			d_step { lastBefore(r, pc, pr) } /* Queue.check: the last entry created before ours */
+			d_step { lastBefore(r, pc, pr) } /* Queue.readPredecessor: the last entry created before ours */
 #endif
 		fi
 	od;
@@ -237,7 +237,7 @@ wait:
 	:: d_step { cancels > 0 -> cancels-- }; goto abandon
 	od;
 	if
-	:: crev[i] != r -> goto abandon /* Queue.checkShared: ErrEntryGone */
+	:: crev[i] != r -> goto abandon /* Queue.readHolders: ErrEntryGone */
 	:: else
 	fi;
 #endif
@@ -311,7 +311,7 @@ end_session:
 	skip
 }
 
-/* The heartbeat's check (state.check → state.removeStrays): after each
+/* The heartbeat's check (state.Heartbeat → state.removeStrays): after each
    keepalive, delete the session's keys under names no attempt holds. */
 proctype heartbeat(byte i) {
 end_heartbeat:

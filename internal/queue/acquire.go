@@ -26,25 +26,22 @@ func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*
 	if err := ended(s); err != nil {
 		return nil, err
 	}
-	bctx, cancel := bind(ctx, stateOf(s))
+	bctx, cancel := bind(ctx, s)
 	defer cancel()
 	// An enqueue that failed in an election is sent again: it left
-	// nothing, or it may still be applied and is voided first ("Late
+	// nothing (an enqueue of unknown outcome voids itself first: "Late
 	// writes").
 	en, err := retry.Do(bctx, func(ctx context.Context) (enqueued, error) {
-		en, err := q.enqueue(ctx, s, val, try)
-		if en.unknown {
-			err = withCleanup(err, en.t, q.abandon(ctx, s, en.t, true))
-		}
-		return en, err
+		return q.enqueue(ctx, s, val, try)
 	})
 	if err != nil {
 		return nil, cause(ctx, bctx, s, err)
 	}
 	// The grant: the rule judges the enqueue's reads, then waits. A try
-	// acquire that would wait is occupied (with a free compare the Txn
+	// acquire that would wait is occupied (with a vacant compare the Txn
 	// refused it already; without one, Shared's, it is judged here).
 	t := en.t
+	t.queued, t.ahead = q.rule.queuedAtJoin(en.reads)
 	err = q.rule.admit(en.reads)
 	over := try && fault.Planted(fault.TryOvergrant) && q.overgrant(t) // the plant TryOvergrant: one permit too many
 	if err == nil && try && t.queued && !over {
@@ -53,37 +50,22 @@ func (q *Queue) Acquire(ctx context.Context, s Session, val string, try bool) (*
 	if err == nil && !over && !fault.Planted(fault.SkipCheck) { // the plant SkipCheck: granted without waiting
 		err = q.rule.wait(bctx, q, t.entry, en.reads)
 	}
-	if err != nil { // the one place that abandons an entry
+	// The one place that abandons an enqueued entry (an enqueue of unknown
+	// outcome voids itself, in enqueue).
+	if err != nil {
 		if errors.Is(err, ErrEntryGone) && q.leaseGone(bctx, s) {
 			err = &endedError{ErrLeaseGone}
 		}
 		return nil, cause(ctx, bctx, s, withCleanup(err, t, q.abandon(ctx, s, t, false)))
 	}
-	h := newHold(q, t)
-	if err := h.Err(); err != nil { // the session ended just before the grant
-		h.stop()
-		return nil, err
-	}
-	return h, nil
+	return newHold(q, t) // fails if the session ended just before the grant
 }
 
 // enqueued is the outcome of an enqueue: the entry's ticket and the rule's
-// reads, at the entry's revision. After an error the ticket is zero, but
-// for an unknown outcome: the enqueue's Txn failed and may still be
-// applied, now or later, and t is the entry to void.
+// reads, at the entry's revision.
 type enqueued struct {
-	t       ticket
-	reads   []*pb.ResponseOp
-	unknown bool
-}
-
-// leaseGone reports whether s's lease is gone on the server: an entry that
-// vanished while waiting was taken by a revoke of the lease (which the
-// session has not noticed yet) rather than by hand. One request, on that
-// rare path only.
-func (q *Queue) leaseGone(ctx context.Context, s Session) bool {
-	resp, err := retry.TimeToLive(ctx, q.cli, s.Lease())
-	return err == nil && resp.TTL == -1
+	t     ticket
+	reads []*pb.ResponseOp
 }
 
 // ended returns ErrSessionEnded, matching s.Err(), if s has ended.
@@ -101,10 +83,10 @@ func ended(s Session) error {
 var errBound = errors.New("session ended")
 
 // bind returns a copy of ctx that is also cancelled, with cause errBound,
-// when st's session ends. Call cancel when done.
-func bind(ctx context.Context, st *state) (context.Context, context.CancelFunc) {
+// when s ends (its queue state's End). Call cancel when done.
+func bind(ctx context.Context, s Session) (context.Context, context.CancelFunc) {
 	bctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(st.ctx, func() { cancel(errBound) })
+	stop := context.AfterFunc(stateOf(s).ctx, func() { cancel(errBound) })
 	return bctx, func() { stop(); cancel(nil) }
 }
 
@@ -120,6 +102,17 @@ func cause(ctx, bctx context.Context, s Session, err error) error {
 	return err
 }
 
+// leaseGone reports whether s's lease is gone on the server: an entry that
+// vanished while waiting was taken by a revoke of the lease (which the
+// session has not noticed yet) rather than by hand. One request, on that
+// rare path only.
+func (q *Queue) leaseGone(ctx context.Context, s Session) bool {
+	resp, err := retry.TimeToLive(ctx, q.cli, s.Lease())
+	return err == nil && resp.TTL == -1
+}
+
+// withCleanup adds to err that removing t's key failed with cerr, if it
+// did.
 func withCleanup(err error, t ticket, cerr error) error {
 	if cerr != nil {
 		return fmt.Errorf("%w (and removing key %q failed: %v)", err, t.Key, cerr)
@@ -165,14 +158,14 @@ func (q *Queue) abandon(ctx context.Context, s Session, t ticket, unknown bool) 
 			// session's on this queue): a late enqueue is void all the
 			// same, but one that landed before the move left its key.
 			// Retire the name; the next enqueue deletes the key.
-			epoch, _ := t.st.epoch(q.prefix)
+			epoch, _ := t.st.epochOf(q.prefix)
 			q.adoptEpoch(t.st, epoch, resp.Responses[0].GetResponseRange().Kvs)
 			q.retire(t)
 			return nil
 		}
 		t.st.setEpoch(q.prefix, resp.Header.Revision)
 	}
-	t.st.release(t.slot)
+	t.st.freeSlot(t.slot)
 	return nil
 }
 
@@ -204,7 +197,7 @@ func (q *Queue) abandonTxn(t ticket, unknown bool) (clientv3.Cmp, []clientv3.Op,
 		return t.Owned(), ops, els
 	}
 	ek := q.epochKey(t.st)
-	epoch, _ := t.st.epoch(q.prefix)
+	epoch, _ := t.st.epochOf(q.prefix)
 	ops = append(ops, clientv3.OpPut(ek, "", clientv3.WithLease(t.st.id)))
 	return clientv3.Compare(clientv3.ModRevision(ek), "=", epoch), ops, []clientv3.Op{clientv3.OpGet(ek, clientv3.WithKeysOnly())}
 }

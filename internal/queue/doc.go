@@ -16,14 +16,17 @@
 //
 // One file per concept: queue.go, the types and the causes; acquire.go, the
 // acquire from top to bottom (enqueue, judge the reads, wait, grant), which
-// voids an enqueue of unknown outcome before sending it again and abandons
-// a failed entry in one place; enqueue.go, the enqueue's Txn; rules.go and
-// wait.go, what each rule reads and waits on; hold.go, a grant's life and
-// its release (leave, remove); state.go, the session's queue state and
-// where a hold's loss is noticed (End, check); names.go, key names,
-// leftovers and strays; epochs.go, the epochs that void late writes;
-// plant.go, the fault seam's planted release (built with the tag
-// dlock_faults only).
+// abandons a failed entry in one place (abandon); enqueue.go, the
+// enqueue's Txn, which voids itself (abandon) after an unknown outcome,
+// before Acquire sends it again; rules.go, each rule: what its enqueue
+// reads and how it judges them, and what it waits on; wait.go, the waits,
+// which re-read the queue one way (readAfter); hold.go, a grant's life
+// (its place among the session's live holds, its end) and its release
+// (leave, remove); state.go, the session's queue state and where a hold's
+// loss is noticed (End, checkHolds); names.go, key names, leftovers and
+// strays; epochs.go, the epochs that void late writes; plant.go, the fault
+// seam's plants (removeHead, overgrant; built with the tag dlock_faults
+// only), and plant_off.go, their stand-ins without it.
 //
 // The design note is docs/queue.md in the repository. The comments of this
 // package refer to its sections by name: "Keys", "Key names", "Enqueue",

@@ -17,15 +17,10 @@ var errNoProgress = errors.New("no progress")
 // maxTries bounds the tries of one enqueue.
 const maxTries = 8
 
-func (q *Queue) ticket(st *state) ticket {
-	slot, name := st.name()
-	return ticket{entry: entry{Key: q.keys + name}, st: st, slot: slot}
-}
-
 // prepare moves the epoch if an earlier cleanup could not, then deletes
 // leftover keys; it returns the epoch to compare with.
 func (q *Queue) prepare(ctx context.Context, s Session, st *state) (int64, error) {
-	epoch, dirty := st.epoch(q.prefix)
+	epoch, dirty := st.epochOf(q.prefix)
 	if dirty {
 		resp, err := q.kv.Put(ctx, q.epochKey(st), "", clientv3.WithLease(s.Lease()))
 		if err != nil {
@@ -45,38 +40,38 @@ func (q *Queue) prepare(ctx context.Context, s Session, st *state) (int64, error
 // not, it creates nothing and returns ErrOccupied (a rule without such a
 // compare creates the entry, and Acquire judges it by its reads).
 //
-// On error nothing is left behind, except after an unknown outcome: the
-// Txn failed but may still be applied, now or later, and enqueue returns
-// it as unknown, for Acquire to void (abandon) before it sends the
-// enqueue again under a fresh name (see "Late writes"). The enqueue's Txn
-// is sent once.
+// On error nothing is left behind: after an unknown outcome (the Txn
+// failed but may still be applied, now or later) enqueue voids it first
+// (abandon, which also moves the epoch: see "Late writes"), and Acquire
+// may send the enqueue again under a fresh name. The enqueue's Txn is sent
+// once.
 func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (enqueued, error) {
 	st := stateOf(s)
-	t := q.ticket(st)
-	t.ahead = -1
+	slot, keyName := st.reserveName()
+	t := ticket{entry: entry{Key: q.keyPrefix + keyName}, st: st, slot: slot}
 	ek := q.epochKey(st)
 	cmps := make([]clientv3.Cmp, 2, 3) // the key is free; the epoch (set in each try) unmoved
 	cmps[0] = clientv3.Compare(clientv3.CreateRevision(t.Key), "=", 0)
-	haveFree := q.haveFree
-	if try && haveFree {
-		cmps = append(cmps, q.free)
+	haveVacant := q.haveVacant
+	if try && haveVacant {
+		cmps = append(cmps, q.vacant)
 	}
-	reads := q.reads
+	joinReads := q.joinReads
 	side := q.rule.sideKeys(q, t.Key)
-	then := make([]clientv3.Op, 0, len(reads)+1+len(side))
-	then = append(append(then, reads...), clientv3.OpPut(t.Key, q.rule.value(val), clientv3.WithLease(s.Lease())))
+	then := make([]clientv3.Op, 0, len(joinReads)+1+len(side))
+	then = append(append(then, joinReads...), clientv3.OpPut(t.Key, q.rule.value(val), clientv3.WithLease(s.Lease())))
 	for _, k := range side {
 		then = append(then, clientv3.OpPut(k, ""))
 	}
 	for range maxTries {
 		epoch, err := q.prepare(ctx, s, st)
 		if err != nil {
-			st.release(t.slot)
+			st.freeSlot(t.slot)
 			return enqueued{}, err
 		}
 		cmps[1] = clientv3.Compare(clientv3.ModRevision(ek), "=", epoch)
 		txn := q.cli.Txn(ctx).If(cmps...).Then(then...)
-		if try && haveFree {
+		if try && haveVacant {
 			// Why the compare failed, in the same round trip: the
 			// queue is taken unless the epoch moved or a stray key of
 			// ours holds the name.
@@ -85,35 +80,30 @@ func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (e
 		resp, err := txn.Commit()
 		if err != nil {
 			if refused(err) { // not applied, now or later
-				st.release(t.slot)
+				st.freeSlot(t.slot)
 				return enqueued{}, err
 			}
-			return enqueued{t: t, unknown: true}, err
+			return enqueued{}, withCleanup(err, t, q.abandon(ctx, s, t, true))
 		}
 		if resp.Succeeded {
 			t.Rev = resp.Header.Revision
-			got := resp.Responses[:len(reads)]
-			t.queued = !q.rule.grantedAtJoin(t.entry, got)
-			if _, ok := q.rule.(shared); ok {
-				t.ahead = before(got)
-			}
-			return enqueued{t: t, reads: got}, nil
+			return enqueued{t: t, reads: resp.Responses[:len(joinReads)]}, nil
 		}
-		if !(try && haveFree) {
+		if !(try && haveVacant) {
 			// Rare: read why in a second request rather than carry an
 			// Else branch in every enqueue.
 			if resp, err = q.kv.Txn(ctx).Then(
 				clientv3.OpGet(ek, clientv3.WithKeysOnly()),
 				clientv3.OpGet(t.Key, clientv3.WithKeysOnly()),
 			).Commit(); err != nil {
-				st.release(t.slot)
+				st.freeSlot(t.slot)
 				return enqueued{}, err
 			}
 		}
 		moved := q.adoptEpoch(st, epoch, resp.Responses[0].GetResponseRange().Kvs)
 		stray := resp.Responses[1].GetResponseRange().Kvs
-		if try && haveFree && !moved && len(stray) == 0 {
-			st.release(t.slot) // the epoch held and the queue is taken
+		if try && haveVacant && !moved && len(stray) == 0 {
+			st.freeSlot(t.slot) // the epoch held and the queue is taken
 			return enqueued{}, ErrOccupied
 		}
 		if len(stray) > 0 {
@@ -122,7 +112,7 @@ func (q *Queue) enqueue(ctx context.Context, s Session, val string, try bool) (e
 			}
 		}
 	}
-	st.release(t.slot)
+	st.freeSlot(t.slot)
 	return enqueued{}, fmt.Errorf("enqueue: %d tries: %w", maxTries, errNoProgress)
 }
 

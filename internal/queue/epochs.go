@@ -6,15 +6,15 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// The session's epochs ("Late writes" in doc.go): in each queue, the mod
-// revision of the session's epoch key, which every enqueue compares and
-// the cleanup after an unknown outcome moves, so that an enqueue applied
-// after its cleanup is void.
+// The session's epochs ("Late writes" in docs/queue.md): in each queue,
+// the mod revision of the session's epoch key, which every enqueue
+// compares and the cleanup after an unknown outcome moves, so that an
+// enqueue applied after its cleanup is void.
 
-// epoch is the session's epoch for one queue: the mod revision its
+// epochState is the session's epoch for one queue: the mod revision its
 // enqueues compare the epoch key with (0: no key), and whether a cleanup
 // failed to move it.
-type epoch struct {
+type epochState struct {
 	rev   int64
 	dirty bool
 }
@@ -25,8 +25,8 @@ func (q *Queue) epochKey(st *state) string {
 	return strings.TrimSuffix(q.prefix, "/") + "%epoch/" + st.lease
 }
 
-// epoch returns the session's epoch for the queue with prefix.
-func (st *state) epoch(prefix string) (int64, bool) {
+// epochOf returns the session's epoch for the queue with prefix.
+func (st *state) epochOf(prefix string) (int64, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	e := st.epochs[prefix]
@@ -37,7 +37,7 @@ func (st *state) epoch(prefix string) (int64, bool) {
 // (0: the key is gone), which clears dirtiness; an older rev than the one
 // recorded is ignored. It returns the revision recorded.
 func (st *state) setEpoch(prefix string, rev int64) int64 {
-	return st.updateEpoch(prefix, func(e *epoch) {
+	return st.updateEpoch(prefix, func(e *epochState) {
 		if rev > e.rev || rev == 0 {
 			e.rev = rev
 		}
@@ -47,14 +47,14 @@ func (st *state) setEpoch(prefix string, rev int64) int64 {
 
 // markDirty records that a cleanup could not move the epoch.
 func (st *state) markDirty(prefix string) {
-	st.updateEpoch(prefix, func(e *epoch) { e.dirty = true })
+	st.updateEpoch(prefix, func(e *epochState) { e.dirty = true })
 }
 
-func (st *state) updateEpoch(prefix string, f func(*epoch)) int64 {
+func (st *state) updateEpoch(prefix string, f func(*epochState)) int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.epochs == nil {
-		st.epochs = make(map[string]epoch)
+		st.epochs = make(map[string]epochState)
 	}
 	e := st.epochs[prefix]
 	f(&e)

@@ -12,8 +12,8 @@ import (
 // Hold is the life of a granted entry (a lock grant, a leadership term).
 // It ends when the session ends (synchronously, before the session's own
 // Done closes: its state ends it), when the entry's key is found deleted
-// (checked at each heartbeat from the first call to Done on: see "Watched
-// holds"), or on Release. It is safe for concurrent use.
+// (checked at each heartbeat from the first call to Done on: see "Holds"
+// in docs/queue.md), or on Release. It is safe for concurrent use.
 type Hold struct {
 	q *Queue
 	t ticket
@@ -23,20 +23,37 @@ type Hold struct {
 	releaseMu sync.Mutex // serialises Release
 	onEnd     func(error)
 
-	mu        sync.Mutex
-	done      chan struct{}
-	err       error
-	released  bool // Release deleted the key
-	releasing bool // a Release's delete is in flight: a deletion may be ours
-	goneSeen  bool // the watcher saw the key deleted while releasing
+	mu          sync.Mutex
+	done        chan struct{}
+	err         error
+	released    bool // Release deleted the key
+	releasing   bool // a Release's delete is in flight: a deletion may be ours
+	missingSeen bool // the heartbeat's check found the key missing while releasing
 }
 
-// newHold starts the hold of ticket t. If its session has already ended,
-// the hold is ended at once (check Err).
-func newHold(q *Queue, t ticket) *Hold {
+// newHold starts the hold of ticket t, among its session's live holds; it
+// fails with ErrSessionEnded if the session has ended.
+func newHold(q *Queue, t ticket) (*Hold, error) {
 	h := &Hold{q: q, t: t, done: make(chan struct{})}
-	t.st.hold(h)
-	return h
+	if err := t.st.addHold(h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// addHold adds h to the live holds (unwatched), unless the session has
+// ended (ErrSessionEnded, with the session's cause).
+func (st *state) addHold(h *Hold) error {
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	if err := st.endCause; err != nil {
+		return &endedError{err}
+	}
+	if st.holds == nil {
+		st.holds = make(map[*Hold]bool)
+	}
+	st.holds[h] = false
+	return nil
 }
 
 // Key returns the held entry's key.
@@ -54,6 +71,15 @@ func (h *Hold) Owned() clientv3.Cmp { return h.t.Owned() }
 func (h *Hold) Done() <-chan struct{} {
 	h.watchOnce.Do(func() { h.t.st.watch(h) })
 	return h.done
+}
+
+// watch has h's key checked at each heartbeat (checkHolds), if h is live.
+func (st *state) watch(h *Hold) {
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	if _, ok := st.holds[h]; ok {
+		st.holds[h] = true
+	}
 }
 
 // Err returns nil while the hold looks live, then why it ended:
@@ -106,14 +132,14 @@ func (h *Hold) end(err error) {
 	}
 }
 
-// gone ends the hold because its key was found deleted, unless a
-// Release's delete is in flight or done (the deletion may be Release's
-// own: Release decides).
-func (h *Hold) gone() {
+// keyMissing ends the hold because the heartbeat's check found its key
+// deleted (no longer bound to the lease), unless a Release's delete is in
+// flight or done (the deletion may be Release's own: Release decides).
+func (h *Hold) keyMissing() {
 	h.t.st.unwatch(h)
 	h.mu.Lock()
 	if h.releasing || h.released { // released: Release is about to end it
-		h.goneSeen = true
+		h.missingSeen = true
 		h.mu.Unlock()
 		return
 	}
@@ -121,11 +147,27 @@ func (h *Hold) gone() {
 	h.end(ErrEntryGone)
 }
 
-// stop takes the hold off its session's state. Call it once the hold has
+// unwatch stops the check of h's key.
+func (st *state) unwatch(h *Hold) {
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	if _, ok := st.holds[h]; ok {
+		st.holds[h] = false
+	}
+}
+
+// detach takes the hold off its session's state. Call it once the hold has
 // ended.
-func (h *Hold) stop() {
+func (h *Hold) detach() {
 	h.watchOnce.Do(func() {}) // not checked from now on
-	h.t.st.drop(h)
+	h.t.st.dropHold(h)
+}
+
+// dropHold removes h, which has ended, from the live holds.
+func (st *state) dropHold(h *Hold) {
+	st.holdMu.Lock()
+	defer st.holdMu.Unlock()
+	delete(st.holds, h)
 }
 
 // Release ends the hold by deleting the key, guarded by its create
@@ -139,7 +181,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	h.releaseMu.Lock()
 	defer h.releaseMu.Unlock()
 	if err := h.Err(); err != nil {
-		h.stop()
+		h.detach()
 		h.mu.Lock()
 		ok := h.released
 		h.mu.Unlock()
@@ -154,14 +196,14 @@ func (h *Hold) Release(ctx context.Context) error {
 	deleted, err := h.q.leave(ctx, h.t)
 	h.mu.Lock()
 	h.releasing = false
-	goneSeen := h.goneSeen
+	missingSeen := h.missingSeen
 	if err == nil && deleted {
 		h.released = true
 	}
 	h.mu.Unlock()
 	switch {
 	case err != nil:
-		if goneSeen { // the check saw the key gone: the hold must end here
+		if missingSeen { // the heartbeat found the key missing: the hold must end here
 			h.end(ErrEntryGone)
 		}
 		return err
@@ -170,7 +212,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	default:
 		h.end(ErrReleased)
 	}
-	h.stop()
+	h.detach()
 	if deleted {
 		return nil
 	}
@@ -188,7 +230,7 @@ func (q *Queue) leave(ctx context.Context, t ticket) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	t.st.release(t.slot)
+	t.st.freeSlot(t.slot)
 	return deleted, nil
 }
 

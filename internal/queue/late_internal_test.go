@@ -33,12 +33,12 @@ func TestDirtyQueueMovesEpochFirst(t *testing.T) {
 	_, err = New(dead, "dirty", "x", Exclusive).Acquire(ctx, s, "lost", false)
 	require.Error(t, err)
 	p := stateOf(s)
-	before, dirty := p.epoch(q.prefix)
+	before, dirty := p.epochOf(q.prefix)
 	require.True(t, dirty)
 
 	a, pred := join(t, ctx, q, s, "a")
 	assert.Nil(t, pred)
-	after, dirty := p.epoch(q.prefix)
+	after, dirty := p.epochOf(q.prefix)
 	assert.False(t, dirty)
 	assert.Greater(t, after, before, "the epoch moved")
 
@@ -125,7 +125,7 @@ func TestStraySweepSparesLiveKeys(t *testing.T) {
 	resp, err := cli.TimeToLive(ctx, s.Lease(), clientv3.WithAttachedKeys())
 	require.NoError(t, err)
 	for range 3 {
-		st.check(ctx)
+		st.Heartbeat(ctx)
 	}
 	for _, k := range []string{held.t.Key, waiting.Key} {
 		n, err := cli.Get(ctx, k, clientv3.WithCountOnly())

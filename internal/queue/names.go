@@ -12,22 +12,22 @@ import (
 	"github.com/dlock-go/dlock/internal/retry"
 )
 
-// The session's key names ("Key names" in doc.go): an entry's name is the
-// lease and a slot number unique among the session's live attempts, handed
-// out by name and freed by release once the attempt is over. A name whose
-// key could not be removed is retired: never handed out again, its key a
-// leftover that the session's next enqueue deletes (sweep). A key under a
-// name no attempt holds is a stray, which the heartbeat deletes
-// (removeStrays).
+// The session's key names ("Key names" in docs/queue.md): an entry's name
+// is the lease and a slot number unique among the session's live attempts,
+// handed out by reserveName and freed by freeSlot once the attempt is
+// over. A name whose key could not be removed is retired: never handed out
+// again, its key a leftover (addLeftover) that the session's next enqueue
+// deletes (sweep). A key under a name no attempt holds is a stray, which
+// the heartbeat deletes (removeStrays).
 
-// name reserves a key name: the lease and a slot number unique among the
-// session's live attempts.
-func (st *state) name() (slot uint64, name string) {
+// reserveName reserves a key name: the lease and a slot number unique
+// among the session's live attempts.
+func (st *state) reserveName() (slot uint64, keyName string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if n := len(st.free); n > 0 {
-		slot = st.free[n-1]
-		st.free = st.free[:n-1]
+	if n := len(st.freeSlots); n > 0 {
+		slot = st.freeSlots[n-1]
+		st.freeSlots = st.freeSlots[:n-1]
 	} else {
 		slot = st.next
 		st.next++
@@ -39,12 +39,13 @@ func (st *state) name() (slot uint64, name string) {
 	return slot, st.lease + "-" + strconv.FormatUint(slot, 10)
 }
 
-// release frees a slot for reuse.
-func (st *state) release(slot uint64) {
+// freeSlot frees a slot for reuse: its attempt is over and its key
+// deleted.
+func (st *state) freeSlot(slot uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	delete(st.busy, slot)
-	st.free = append(st.free, slot)
+	st.freeSlots = append(st.freeSlots, slot)
 }
 
 // idle marks slot, whose name is retired, as used by no attempt: a key
@@ -55,19 +56,20 @@ func (st *state) idle(slot uint64) {
 	delete(st.busy, slot)
 }
 
-// retire records t's key and side keys as leftovers (see state.retire).
+// retire retires t's name (idle) and records its key and side keys as
+// leftovers (addLeftover).
 func (q *Queue) retire(t ticket) {
 	t.st.idle(t.slot)
-	t.st.retire(t.Key)
+	t.st.addLeftover(t.Key)
 	for _, k := range q.rule.sideKeys(q, t.Key) {
-		t.st.retire(k)
+		t.st.addLeftover(k)
 	}
 }
 
-// retire records key, whose removal failed, as a leftover: its name is
-// never handed out again, and the session's next enqueue retries the
+// addLeftover records key, whose removal failed, as a leftover: its name
+// is never handed out again, and the session's next enqueue retries the
 // delete.
-func (st *state) retire(key string) {
+func (st *state) addLeftover(key string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.leftovers == nil {
@@ -134,8 +136,8 @@ func (st *state) removeStrays(ctx context.Context, keys [][]byte) {
 		if len(ops) == maxStrayDeletes {
 			break // the rest at the next heartbeat
 		}
-		if i := slices.Index(st.free, slot); i >= 0 {
-			st.free = slices.Delete(st.free, i, i+1)
+		if i := slices.Index(st.freeSlots, slot); i >= 0 {
+			st.freeSlots = slices.Delete(st.freeSlots, i, i+1)
 		}
 		ops = append(ops, clientv3.OpDelete(string(k)))
 	}

@@ -14,7 +14,7 @@ import (
 // create-revision guard; then it frees t's name, as leave does. It
 // reports whether it deleted a key.
 func (q *Queue) removeHead(ctx context.Context, t ticket) (bool, error) {
-	resp, err := q.kv.Get(ctx, q.keys, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	resp, err := q.kv.Get(ctx, q.keyPrefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	if err != nil {
 		return false, err
 	}
@@ -26,7 +26,7 @@ func (q *Queue) removeHead(ctx context.Context, t ticket) (bool, error) {
 		}
 		deleted = dr.Responses[0].GetResponseDeleteRange().Deleted > 0
 	}
-	t.st.release(t.slot)
+	t.st.freeSlot(t.slot)
 	return deleted, nil
 }
 

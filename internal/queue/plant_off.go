@@ -10,8 +10,8 @@ import (
 
 // removeHead is the plant fault.UnguardedRelease's release (plant.go),
 // which only a build with the tag dlock_faults has: in this build
-// fault.Planted is a constant false, leave never calls it, and the
-// compiler drops the call.
+// fault.Planted is a function that returns false, which the compiler
+// inlines, so leave never calls removeHead and the call is dropped.
 func (q *Queue) removeHead(context.Context, ticket) (bool, error) {
 	panic("queue: the plant " + fault.UnguardedRelease + " in a build without the tag dlock_faults")
 }

@@ -100,19 +100,19 @@ type Queue struct {
 	rule   Rule
 
 	// Made once from rule and prefix, read by every enqueue.
-	keys     string        // rule.keyPrefix
-	reads    []clientv3.Op // rule.joinReads; never appended to in place
-	free     clientv3.Cmp  // rule.free, if haveFree
-	haveFree bool
+	keyPrefix  string        // rule.keyPrefix
+	joinReads  []clientv3.Op // rule.joinReads; never appended to in place
+	vacant     clientv3.Cmp  // rule.vacant, if haveVacant
+	haveVacant bool
 }
 
 // New returns the queue of name under root (see PrefixFor) on cli, whose
 // entries are granted by rule. It does no I/O.
 func New(cli *clientv3.Client, root, name string, rule Rule) *Queue {
 	q := &Queue{cli: cli, kv: retry.NewKV(cli), root: root, prefix: PrefixFor(root, name), rule: rule}
-	q.keys = rule.keyPrefix(q)
-	q.reads = rule.joinReads(q)
-	q.free, q.haveFree = rule.free(q)
+	q.keyPrefix = rule.keyPrefix(q)
+	q.joinReads = rule.joinReads(q)
+	q.vacant, q.haveVacant = rule.vacant(q)
 	return q
 }
 
@@ -131,7 +131,7 @@ func (q *Queue) Prefix() string { return q.prefix }
 
 // KeyPrefix returns the prefix of the keys of the queue's own entries:
 // Prefix for most rules, Prefix()+"r/" for Reader.
-func (q *Queue) KeyPrefix() string { return q.keys }
+func (q *Queue) KeyPrefix() string { return q.keyPrefix }
 
 // entry is one key in the queue.
 type entry struct {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -24,14 +25,16 @@ type Rule interface {
 	// key is key, in the enqueue Txn, and deleted with it by a release or
 	// an abandon (not by the lease's end).
 	sideKeys(q *Queue, key string) []string
-	// free returns the compare that holds when an entry put now would be
-	// granted at once, if the rule has one.
-	free(q *Queue) (clientv3.Cmp, bool)
+	// vacant returns the compare that holds when an entry put now would be
+	// granted at once (the queue is vacant for it), if the rule has one.
+	vacant(q *Queue) (clientv3.Cmp, bool)
 	// admit checks the enqueue's reads before anything else: an error
 	// (ErrPermits) abandons the entry.
 	admit(reads []*pb.ResponseOp) error
-	// grantedAtJoin reports whether reads say that e was granted at once.
-	grantedAtJoin(e entry, reads []*pb.ResponseOp) bool
+	// queuedAtJoin reports whether the enqueue's reads say that its entry
+	// has to wait, and how many entries preceded it where the reads count
+	// them (a semaphore's), else -1.
+	queuedAtJoin(reads []*pb.ResponseOp) (queued bool, ahead int64)
 	// wait blocks until e, enqueued with reads, is granted.
 	wait(ctx context.Context, q *Queue, e entry, reads []*pb.ResponseOp) error
 }
@@ -39,13 +42,12 @@ type Rule interface {
 // base holds the defaults of a Rule's optional parts.
 type base struct{}
 
-func (base) value(val string) string                    { return val }
-func (base) sideKeys(*Queue, string) []string           { return nil }
-func (base) admit([]*pb.ResponseOp) error               { return nil }
-func (base) free(*Queue) (clientv3.Cmp, bool)           { return clientv3.Cmp{}, false }
-func (base) keyPrefix(q *Queue) string                  { return q.prefix }
-func (base) joinReads(q *Queue) []clientv3.Op           { return nil }
-func (base) grantedAtJoin(entry, []*pb.ResponseOp) bool { return false }
+func (base) value(val string) string            { return val }
+func (base) sideKeys(*Queue, string) []string   { return nil }
+func (base) admit([]*pb.ResponseOp) error       { return nil }
+func (base) vacant(*Queue) (clientv3.Cmp, bool) { return clientv3.Cmp{}, false }
+func (base) keyPrefix(q *Queue) string          { return q.prefix }
+func (base) joinReads(q *Queue) []clientv3.Op   { return nil }
 
 // Exclusive grants an entry when no entry of any kind precedes it: a
 // mutex, an election, an RW writer. A waiter watches its immediate
@@ -58,12 +60,20 @@ func (exclusive) joinReads(q *Queue) []clientv3.Op {
 	return []clientv3.Op{clientv3.OpGet(q.prefix, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)}
 }
 
-func (exclusive) free(q *Queue) (clientv3.Cmp, bool) {
+func (exclusive) vacant(q *Queue) (clientv3.Cmp, bool) {
 	return clientv3.Compare(clientv3.CreateRevision(q.prefix), "=", 0).WithPrefix(), true
 }
 
-func (exclusive) grantedAtJoin(_ entry, reads []*pb.ResponseOp) bool {
-	return predecessor(reads) == nil
+func (exclusive) queuedAtJoin(reads []*pb.ResponseOp) (bool, int64) {
+	return predecessor(reads) != nil, -1
+}
+
+// predecessor returns the entry a one-range join read found, or nil.
+func predecessor(reads []*pb.ResponseOp) *mvccpb.KeyValue {
+	if kvs := reads[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
 }
 
 func (exclusive) wait(ctx context.Context, q *Queue, e entry, reads []*pb.ResponseOp) error {
@@ -93,12 +103,12 @@ func lastWriter(q *Queue, more ...clientv3.OpOption) []clientv3.OpOption {
 	}, more...)
 }
 
-func (reader) free(q *Queue) (clientv3.Cmp, bool) {
+func (reader) vacant(q *Queue) (clientv3.Cmp, bool) {
 	return clientv3.Compare(clientv3.CreateRevision(q.prefix), "=", 0).WithRange(q.prefix + "r/"), true
 }
 
-func (reader) grantedAtJoin(_ entry, reads []*pb.ResponseOp) bool {
-	return predecessor(reads) == nil
+func (reader) queuedAtJoin(reads []*pb.ResponseOp) (bool, int64) {
+	return predecessor(reads) != nil, -1
 }
 
 func (reader) wait(ctx context.Context, q *Queue, e entry, reads []*pb.ResponseOp) error {
@@ -137,7 +147,7 @@ func (r delayed) wait(ctx context.Context, q *Queue, e entry, reads []*pb.Respon
 // an entry whose queue's first entry has another n is refused
 // (ErrPermits). A waiter keeps the count of entries before it from one
 // watch on the queue: a release makes only the waiter it grants issue a
-// request (see "Semaphores" in doc.go).
+// request (see "Semaphores" in docs/queue.md).
 func Shared(n int) Rule { return shared{n: n} }
 
 type shared struct {
@@ -186,12 +196,15 @@ func (r shared) admit(reads []*pb.ResponseOp) error {
 	return nil
 }
 
-func before(reads []*pb.ResponseOp) int64 { return reads[0].GetResponseRange().Count }
+// aheadAtJoin is the number of entries before the entry, as a Shared
+// rule's enqueue read it (its first join read counts them).
+func aheadAtJoin(reads []*pb.ResponseOp) int64 { return reads[0].GetResponseRange().Count }
 
-func (r shared) grantedAtJoin(_ entry, reads []*pb.ResponseOp) bool {
-	return before(reads) < int64(r.n)
+func (r shared) queuedAtJoin(reads []*pb.ResponseOp) (bool, int64) {
+	ahead := aheadAtJoin(reads)
+	return ahead >= int64(r.n), ahead
 }
 
 func (r shared) wait(ctx context.Context, q *Queue, e entry, reads []*pb.ResponseOp) error {
-	return q.waitShared(ctx, e, int64(r.n), before(reads))
+	return q.waitShared(ctx, e, int64(r.n), aheadAtJoin(reads))
 }

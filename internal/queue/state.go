@@ -12,11 +12,12 @@ import (
 )
 
 // state is one session's queue state, shared by all its queues: the key
-// names in use (names.go, "Key names" in doc.go), the leftovers of failed
-// cleanups, its epoch in each queue (epochs.go, "Late writes"), and its
-// live holds (here). It is the session's attachment: the session runs its
-// Heartbeat (the check of the held keys, and the sweeps) after each
-// acknowledged keepalive, and its End when it ends, which ends every hold.
+// names in use (names.go, "Key names" in docs/queue.md), the leftovers of
+// failed cleanups, its epoch in each queue (epochs.go, "Late writes"), and
+// its live holds (ended here; added, watched and dropped by hold.go). It is
+// the session's attachment: the session runs its Heartbeat (the check of
+// the held keys, and the sweeps) after each acknowledged keepalive, and
+// its End when it ends, which ends every hold.
 // It lives and dies with the Session value: two sessions never share it,
 // even with the same lease ID on two clusters.
 type state struct {
@@ -26,15 +27,15 @@ type state struct {
 	kv    retry.KV
 
 	mu        sync.Mutex
-	free      []uint64
+	freeSlots []uint64
 	next      uint64
-	busy      map[uint64]struct{} // slots handed out to an attempt and not yet released or retired
-	leftovers map[string]bool     // keys whose removal failed; their names are retired
-	epochs    map[string]epoch    // queue prefix → the session's epoch there
+	busy      map[uint64]struct{}   // slots handed out to an attempt and not yet freed or retired
+	leftovers map[string]bool       // keys whose removal failed; their names are retired
+	epochs    map[string]epochState // queue prefix → the session's epoch there
 
-	holdMu sync.Mutex
-	holds  map[*Hold]bool // live holds → whether to check its key at each heartbeat (its Done was called)
-	ended  error          // the session's end, once End ran
+	holdMu   sync.Mutex
+	holds    map[*Hold]bool // live holds → whether to check its key at each heartbeat (its Done was called)
+	endCause error          // why the session ended, once End ran
 
 	ctx    context.Context // cancelled, with the session's cause, when it ends
 	cancel context.CancelCauseFunc
@@ -55,47 +56,33 @@ func stateOf(s Session) *state {
 
 // A hold ends when its session ends or its key is deleted, and both are
 // noticed here: End, which the session calls when it ends, ends every
-// live hold; check, at each heartbeat, ends every watched hold whose key
-// is gone.
+// live hold; checkHolds, at each heartbeat, ends every watched hold whose
+// key is gone.
 
 // Heartbeat is the session's call after each acknowledged keepalive: the
-// check of the watched holds' keys, and the sweeps.
-func (st *state) Heartbeat(ctx context.Context) { st.check(ctx) }
+// check of the watched holds' keys (checkHolds), then, with the keys it
+// listed, the sweeps of leftovers and strays.
+func (st *state) Heartbeat(ctx context.Context) {
+	keys, ok := st.checkHolds(ctx)
+	if !ok {
+		return // next time; a lease gone is the session's to report
+	}
+	_ = st.sweep(ctx, st.kv) // failures stay leftovers for the next try
+	st.removeStrays(ctx, keys)
+}
 
 // End is the session's call when it ends: every live hold ends, with the
 // session's cause, and the state's context is cancelled.
 func (st *state) End(err error) {
 	defer st.cancel(err)
 	st.holdMu.Lock()
-	st.ended = err
+	st.endCause = err
 	holds := st.holds
 	st.holds = nil
 	st.holdMu.Unlock()
 	for h := range holds {
 		h.end(&endedError{err})
 	}
-}
-
-// hold adds h to the live holds; if the session has ended, it ends h.
-func (st *state) hold(h *Hold) {
-	st.holdMu.Lock()
-	if err := st.ended; err != nil {
-		st.holdMu.Unlock()
-		h.end(&endedError{err})
-		return
-	}
-	if st.holds == nil {
-		st.holds = make(map[*Hold]bool)
-	}
-	st.holds[h] = false
-	st.holdMu.Unlock()
-}
-
-// drop removes h, which has ended, from the live holds.
-func (st *state) drop(h *Hold) {
-	st.holdMu.Lock()
-	defer st.holdMu.Unlock()
-	delete(st.holds, h)
 }
 
 // Watched holds.
@@ -109,29 +96,14 @@ func (st *state) drop(h *Hold) {
 // every watched hold whose key is missing: no goroutine and no watch per
 // hold, one request per heartbeat interval (which also finds strays, see
 // names.go), and a deletion reported within one interval. The session's
-// own end still ends every hold at once (End).
+// own end still ends every hold at once (End). A hold joins the live holds
+// when it starts (addHold), is watched from its first Done (watch), and
+// leaves them when it ends (dropHold), all in hold.go.
 
-// watch has h's key checked at each heartbeat, if h is live.
-func (st *state) watch(h *Hold) {
-	st.holdMu.Lock()
-	defer st.holdMu.Unlock()
-	if _, ok := st.holds[h]; ok {
-		st.holds[h] = true
-	}
-}
-
-// unwatch stops the check of h's key.
-func (st *state) unwatch(h *Hold) {
-	st.holdMu.Lock()
-	defer st.holdMu.Unlock()
-	if _, ok := st.holds[h]; ok {
-		st.holds[h] = false
-	}
-}
-
-// check runs in the heartbeat loop: it ends every watched hold whose key
-// is no longer bound to the lease.
-func (st *state) check(ctx context.Context) {
+// checkHolds ends every watched hold whose key is no longer bound to the
+// lease, and returns the keys that are (one LeaseTimeToLive with keys); ok
+// is false if the request failed or the lease is gone.
+func (st *state) checkHolds(ctx context.Context) (keys [][]byte, ok bool) {
 	st.holdMu.Lock()
 	var holds []*Hold
 	for h, watched := range st.holds {
@@ -142,7 +114,7 @@ func (st *state) check(ctx context.Context) {
 	st.holdMu.Unlock()
 	resp, err := retry.TimeToLive(ctx, st.cli, st.id, clientv3.WithAttachedKeys())
 	if err != nil || resp.TTL == -1 {
-		return // next time; a lease gone is the session's to report
+		return nil, false
 	}
 	present := make(map[string]struct{}, len(resp.Keys))
 	for _, k := range resp.Keys {
@@ -150,9 +122,8 @@ func (st *state) check(ctx context.Context) {
 	}
 	for _, h := range holds {
 		if _, ok := present[h.t.Key]; !ok {
-			h.gone()
+			h.keyMissing()
 		}
 	}
-	_ = st.sweep(ctx, st.kv) // failures stay leftovers for the next try
-	st.removeStrays(ctx, resp.Keys)
+	return resp.Keys, true
 }

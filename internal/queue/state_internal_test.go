@@ -52,7 +52,7 @@ func TestSameLeaseIDOnTwoClustersKeepsSeparateState(t *testing.T) {
 	q := New(clients[1], "same", "x", Exclusive)
 	_, err := New(dead, "same", "x", Exclusive).Acquire(ctx, b, "lost", false)
 	require.Error(t, err)
-	_, dirty := stateOf(b).epoch(q.prefix)
+	_, dirty := stateOf(b).epochOf(q.prefix)
 	require.True(t, dirty)
 
 	// a works on its own queue of the same name and ends.
@@ -64,10 +64,10 @@ func TestSameLeaseIDOnTwoClustersKeepsSeparateState(t *testing.T) {
 
 	// b still knows its queue is dirty: its next enqueue moves the epoch
 	// first.
-	before, dirty := stateOf(b).epoch(q.prefix)
+	before, dirty := stateOf(b).epochOf(q.prefix)
 	assert.True(t, dirty, "a's end must not touch b's state")
 	tb, _ := join(t, ctx, q, b, "b")
-	after, dirty := stateOf(b).epoch(q.prefix)
+	after, dirty := stateOf(b).epochOf(q.prefix)
 	assert.False(t, dirty)
 	assert.Greater(t, after, before, "the epoch moved before b's enqueue")
 	_, err = q.leave(ctx, tb)

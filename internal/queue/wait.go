@@ -5,39 +5,44 @@ import (
 	"strings"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// reader is where a read of the wait goes: a serializable read is served
-// by the member itself, leader or not, so it is sent once (the read after
-// each watch event: the hot path of a handoff); a linearizable one needs
-// the leader, and rides out an election (internal/retry).
-func (q *Queue) reader(serializable bool) interface {
+// kvReader is where readAfter sends a read: the client itself, or q.kv.
+type kvReader interface {
 	Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error)
 	Txn(ctx context.Context) clientv3.Txn
-} {
-	if serializable {
-		return q.cli
-	}
-	return q.kv
 }
 
-// predecessor returns the entry a one-range read found, or nil.
-func predecessor(reads []*pb.ResponseOp) *mvccpb.KeyValue {
-	if kvs := reads[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		return kvs[0]
+// readAfter is the one way a waiter re-reads the queue after a deletion at
+// revision delRev (0: no watch event told it: the watch broke, or a read
+// found the key gone). read sends its request through via, with more
+// added to the options of each of its reads, and returns the revision the
+// read was served at. After an event the read is serializable
+// (WithSerializable, through the client): the member serves it itself,
+// leader or not, and it is sent once (it follows each watch event: the hot
+// path of a handoff). If it was served below delRev (a lagging member),
+// or without an event, the read is linearizable (no option, through q.kv):
+// it needs the leader, and rides out an election (internal/retry). See
+// "Waiting" in docs/queue.md. It returns read's error.
+func (q *Queue) readAfter(delRev int64, read func(via kvReader, more ...clientv3.OpOption) (int64, error)) error {
+	if delRev > 0 {
+		rev, err := read(q.cli, clientv3.WithSerializable())
+		if err != nil || rev >= delRev {
+			return err
+		}
 	}
-	return nil
+	_, err := read(q.kv)
+	return err
 }
 
 // waitFirst blocks until e is the first entry. pred is e's predecessor at
 // its enqueue, and fromRev the revision to watch it from: e.Rev+1 (see
-// "Waiting" in doc.go). It watches only the immediate predecessor; after
-// each deletion it re-reads, in one request, the new predecessor and
-// whether e itself still exists (check). It returns ErrEntryGone if e
-// disappeared, or ctx's error. It never deletes e.
+// "Waiting" in docs/queue.md). It watches only the immediate predecessor;
+// after each deletion it re-reads, in one request, the new predecessor and
+// whether e itself still exists (readPredecessor). It returns ErrEntryGone
+// if e disappeared, or ctx's error. It never deletes e.
 func (q *Queue) waitFirst(ctx context.Context, e entry, pred *mvccpb.KeyValue, fromRev int64) error {
 	for pred != nil {
 		delRev, err := q.waitDelete(ctx, pred, fromRev)
@@ -45,7 +50,7 @@ func (q *Queue) waitFirst(ctx context.Context, e entry, pred *mvccpb.KeyValue, f
 			return err
 		}
 		var rev int64
-		if pred, rev, err = q.check(ctx, e, delRev); err != nil {
+		if pred, rev, err = q.readPredecessor(ctx, e, delRev); err != nil {
 			return err
 		}
 		fromRev = rev + 1
@@ -53,28 +58,23 @@ func (q *Queue) waitFirst(ctx context.Context, e entry, pred *mvccpb.KeyValue, f
 	return nil
 }
 
-// check reads, in one range, e's predecessor (nil if e is first) and
-// whether e still exists; it returns the revision it read at. The range
-// is the queue's last two entries created at or before e.Rev: e itself,
-// then its predecessor. After a watch event (delRev > 0) the read is
-// serializable, and repeated linearizably if it was served below delRev
-// (see "Waiting").
-func (q *Queue) check(ctx context.Context, e entry, delRev int64) (pred *mvccpb.KeyValue, rev int64, err error) {
+// readPredecessor reads, in one range, e's predecessor (nil if e is
+// first) and whether e still exists; it returns the revision it read at.
+// The range is the queue's last two entries created at or before e.Rev: e
+// itself, then its predecessor. delRev is as readAfter's.
+func (q *Queue) readPredecessor(ctx context.Context, e entry, delRev int64) (pred *mvccpb.KeyValue, rev int64, err error) {
+	opts := []clientv3.OpOption{
+		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+		clientv3.WithLimit(2), clientv3.WithMaxCreateRev(e.Rev), clientv3.WithKeysOnly(),
+	}
 	var resp *clientv3.GetResponse
-	for _, serializable := range []bool{delRev > 0, false} {
-		opts := []clientv3.OpOption{
-			clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-			clientv3.WithLimit(2), clientv3.WithMaxCreateRev(e.Rev), clientv3.WithKeysOnly(),
+	if err = q.readAfter(delRev, func(via kvReader, more ...clientv3.OpOption) (int64, error) {
+		if resp, err = via.Get(ctx, q.prefix, append(opts, more...)...); err != nil {
+			return 0, err
 		}
-		if serializable {
-			opts = append(opts, clientv3.WithSerializable())
-		}
-		if resp, err = q.reader(serializable).Get(ctx, q.prefix, opts...); err != nil {
-			return nil, 0, err
-		}
-		if !serializable || resp.Header.Revision >= delRev {
-			break
-		}
+		return resp.Header.Revision, nil
+	}); err != nil {
+		return nil, 0, err
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != e.Rev || string(resp.Kvs[0].Key) != e.Key {
 		return nil, 0, ErrEntryGone
@@ -95,7 +95,7 @@ func (q *Queue) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, fromRev i
 	defer cancel()
 	// A watch from now is synced at once (a watch from a past revision
 	// lands in etcd's unsynced group, caught up every 100ms: see "Waiting"
-	// in doc.go). If other writes came since fromRev (the created notice
+	// in docs/queue.md). If other writes came since fromRev (the created notice
 	// says), the deletion may be among them: one read tells.
 	now := q.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	for {
@@ -113,8 +113,8 @@ func (q *Queue) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, fromRev i
 			return 0, nil // re-read the queue
 		}
 		if wr.Created && wr.Header.Revision >= fromRev {
-			gone, err := q.gone(ctx, pred)
-			if err != nil || gone {
+			deleted, err := q.predDeleted(ctx, pred)
+			if err != nil || deleted {
 				return 0, err
 			}
 		}
@@ -126,10 +126,10 @@ func (q *Queue) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, fromRev i
 	}
 }
 
-// gone reports whether kv's key is deleted (or is another key of the same
-// name) now: a linearizable read, so that a deletion before a watch's
-// start revision is never missed.
-func (q *Queue) gone(ctx context.Context, kv *mvccpb.KeyValue) (bool, error) {
+// predDeleted reports whether kv's key (the predecessor's) is deleted (or
+// is another key of the same name) now: a linearizable read, so that a
+// deletion before a watch's start revision is never missed.
+func (q *Queue) predDeleted(ctx context.Context, kv *mvccpb.KeyValue) (bool, error) {
 	resp, err := q.kv.Get(ctx, string(kv.Key), clientv3.WithKeysOnly())
 	if err != nil {
 		return false, err
@@ -141,7 +141,7 @@ func (q *Queue) gone(ctx context.Context, kv *mvccpb.KeyValue) (bool, error) {
 // last writer before e at its enqueue. Like waitFirst, it watches only that
 // writer; after its deletion it re-reads, in one Txn of two reads at one
 // revision, whether e still exists and the last writer created before it
-// (checkReader).
+// (readLastWriter).
 func (q *Queue) waitReader(ctx context.Context, e entry, writer *mvccpb.KeyValue, fromRev int64) error {
 	for writer != nil {
 		delRev, err := q.waitDelete(ctx, writer, fromRev)
@@ -149,7 +149,7 @@ func (q *Queue) waitReader(ctx context.Context, e entry, writer *mvccpb.KeyValue
 			return err
 		}
 		var rev int64
-		if writer, rev, err = q.checkReader(ctx, e, delRev); err != nil {
+		if writer, rev, err = q.readLastWriter(ctx, e, delRev); err != nil {
 			return err
 		}
 		fromRev = rev + 1
@@ -157,24 +157,20 @@ func (q *Queue) waitReader(ctx context.Context, e entry, writer *mvccpb.KeyValue
 	return nil
 }
 
-// checkReader is check for a reader: its own key, and the last writer
-// created before it. Serializable after an event, as check.
-func (q *Queue) checkReader(ctx context.Context, e entry, delRev int64) (writer *mvccpb.KeyValue, rev int64, err error) {
+// readLastWriter is readPredecessor for a reader: in one Txn of two reads
+// at one revision, its own key, and the last writer created before it.
+func (q *Queue) readLastWriter(ctx context.Context, e entry, delRev int64) (writer *mvccpb.KeyValue, rev int64, err error) {
 	var resp *clientv3.TxnResponse
-	for _, serializable := range []bool{delRev > 0, false} {
-		var more []clientv3.OpOption
-		if serializable {
-			more = append(more, clientv3.WithSerializable())
-		}
-		if resp, err = q.reader(serializable).Txn(ctx).Then(
+	if err = q.readAfter(delRev, func(via kvReader, more ...clientv3.OpOption) (int64, error) {
+		if resp, err = via.Txn(ctx).Then(
 			clientv3.OpGet(e.Key, append([]clientv3.OpOption{clientv3.WithKeysOnly()}, more...)...),
 			clientv3.OpGet(q.prefix, lastWriter(q, append(more, clientv3.WithMaxCreateRev(e.Rev))...)...),
 		).Commit(); err != nil {
-			return nil, 0, err
+			return 0, err
 		}
-		if !serializable || resp.Header.Revision >= delRev {
-			break
-		}
+		return resp.Header.Revision, nil
+	}); err != nil {
+		return nil, 0, err
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	if len(own) == 0 || own[0].CreateRevision != e.Rev {
@@ -206,12 +202,12 @@ func (q *Queue) waitOrphans(ctx context.Context, e entry, d time.Duration) error
 	if len(dels) == 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-timer.C:
 	}
 	// The orphans' names are of ended leases, which etcd never grants
 	// again: deleting them by name deletes nothing of a live entry.
@@ -230,7 +226,7 @@ func (q *Queue) waitOrphans(ctx context.Context, e entry, d time.Duration) error
 // count from one watch on the queue's prefix (deletions, with the deleted
 // key's create revision): a deletion of an earlier entry lowers it, so a
 // release makes only the waiter it grants read anything. That read
-// (checkShared) confirms the grant; after a broken watch (or a check that
+// (readHolders) confirms the grant; after a broken watch (or a read that
 // disagrees with the count) the count is read again.
 func (q *Queue) waitShared(ctx context.Context, e entry, n, before int64) error {
 	const unknown = -1
@@ -248,7 +244,7 @@ func (q *Queue) waitShared(ctx context.Context, e entry, n, before int64) error 
 			fromRev, delRev = rev+1, 0
 		}
 		if before < n {
-			granted, err := q.checkShared(ctx, e, n, delRev)
+			granted, err := q.readHolders(ctx, e, n, delRev)
 			if err != nil || granted {
 				return err
 			}
@@ -321,26 +317,23 @@ func (q *Queue) watchCount(ctx context.Context, e entry, n, before, fromRev int6
 	}
 }
 
-// checkShared reads the first n entries created at or before e: e is
+// readHolders reads the first n entries created at or before e: e is
 // granted if it is among them, gone if they are fewer than n without it.
-// Serializable after an event, as check.
-func (q *Queue) checkShared(ctx context.Context, e entry, n, delRev int64) (bool, error) {
+// delRev is as readAfter's.
+func (q *Queue) readHolders(ctx context.Context, e entry, n, delRev int64) (bool, error) {
+	opts := []clientv3.OpOption{
+		clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(n),
+	}
 	var resp *clientv3.GetResponse
-	var err error
-	for _, serializable := range []bool{delRev > 0, false} {
-		opts := []clientv3.OpOption{
-			clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(e.Rev),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(n),
+	if err := q.readAfter(delRev, func(via kvReader, more ...clientv3.OpOption) (int64, error) {
+		var err error
+		if resp, err = via.Get(ctx, q.prefix, append(opts, more...)...); err != nil {
+			return 0, err
 		}
-		if serializable {
-			opts = append(opts, clientv3.WithSerializable())
-		}
-		if resp, err = q.reader(serializable).Get(ctx, q.prefix, opts...); err != nil {
-			return false, err
-		}
-		if !serializable || resp.Header.Revision >= delRev {
-			break
-		}
+		return resp.Header.Revision, nil
+	}); err != nil {
+		return false, err
 	}
 	for _, kv := range resp.Kvs {
 		if kv.CreateRevision == e.Rev && string(kv.Key) == e.Key {

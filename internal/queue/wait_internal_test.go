@@ -14,12 +14,12 @@ import (
 	"github.com/dlock-go/dlock/session"
 )
 
-// check's serializable read is accepted only at a revision at or above the
-// deletion it follows; a read below it (a lagging member) is repeated as a
-// linearizable read. Here the deletion revision is beyond the store's, as a
-// lagging member would see it: check must make a second request and still
-// answer correctly.
-func TestCheckReadsLinearizablyBelowTheDeletion(t *testing.T) {
+// readPredecessor's serializable read is accepted only at a revision at or
+// above the deletion it follows; a read below it (a lagging member) is
+// repeated as a linearizable read. Here the deletion revision is beyond the
+// store's, as a lagging member would see it: readPredecessor must make a
+// second request and still answer correctly.
+func TestReadPredecessorLinearizablyBelowTheDeletion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	c := etcdtest.New(t)
@@ -51,7 +51,7 @@ func TestCheckReadsLinearizablyBelowTheDeletion(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := requests.Load()
-			p, rev, err := q.check(ctx, b.entry, tc.delRev)
+			p, rev, err := q.readPredecessor(ctx, b.entry, tc.delRev)
 			require.NoError(t, err)
 			require.NotNil(t, p)
 			assert.Equal(t, a.Key, string(p.Key), "b's predecessor")
@@ -60,14 +60,14 @@ func TestCheckReadsLinearizablyBelowTheDeletion(t *testing.T) {
 		})
 	}
 
-	// a leaves: b is first. b leaves: check reports it gone.
+	// a leaves: b is first. b leaves: readPredecessor reports it gone.
 	_, err = q.leave(ctx, a)
 	require.NoError(t, err)
-	p, _, err := q.check(ctx, b.entry, b.Rev)
+	p, _, err := q.readPredecessor(ctx, b.entry, b.Rev)
 	require.NoError(t, err)
 	assert.Nil(t, p, "b is first")
 	_, err = q.leave(ctx, b)
 	require.NoError(t, err)
-	_, _, err = q.check(ctx, b.entry, b.Rev)
+	_, _, err = q.readPredecessor(ctx, b.entry, b.Rev)
 	assert.ErrorIs(t, err, ErrEntryGone)
 }
