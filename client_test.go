@@ -161,6 +161,7 @@ func TestMutualTLS(t *testing.T) {
 		{"TLS client, plaintext server", "etcds://" + plain.HostPorts()[0] + "?" + files, "speaks plaintext"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each waits out its dial timeout
 			cfg, err := dlock.ParseDSN(tc.dsn + sep(tc.dsn) + "dial_timeout=" + dial.String())
 			require.NoError(t, err)
 			start := time.Now()
@@ -203,16 +204,20 @@ func TestEtcdServerName(t *testing.T) {
 	t.Run("right name", func(t *testing.T) {
 		require.NoError(t, open(t, dsn(t, "&server_name="+tlstest.NamedServerName)))
 	})
+	// The refusals each wait out the dial timeout: in parallel.
 	t.Run("wrong name", func(t *testing.T) {
+		t.Parallel()
 		err := open(t, dsn(t, "&server_name=other.example"))
 		require.Error(t, err, "a certificate that does not name other.example is refused")
 		assert.ErrorContains(t, err, "other.example")
 	})
 	t.Run("no name", func(t *testing.T) {
+		t.Parallel()
 		require.Error(t, open(t, dsn(t, "")), "dialling by IP, the certificate names no IP")
 	})
 	t.Run("wrong name, certificate for the IP", func(t *testing.T) {
 		// The name is checked even where the IP alone would pass.
+		t.Parallel()
 		std := tlstest.New(t)
 		ipc := etcdtest.New(t, etcdtest.WithTLS(std, false))
 		cfg, err := dlock.ParseDSN("etcds://" + ipc.HostPorts()[0] + "/app?dial_timeout=2s&server_name=other.example&cacert=" +

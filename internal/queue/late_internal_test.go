@@ -30,7 +30,10 @@ func TestDirtyQueueMovesEpochFirst(t *testing.T) {
 	// cleanup both fail.
 	dead := etcdtest.NewClient(t, clientv3.Config{Endpoints: cli.Endpoints()})
 	require.NoError(t, dead.Close())
-	_, err = New(dead, "dirty", "x", Exclusive).Acquire(ctx, s, "lost", false)
+	// Its retries end with dctx; the cleanup is bounded on its own.
+	dctx, dcancel := context.WithTimeout(ctx, time.Second)
+	defer dcancel()
+	_, err = New(dead, "dirty", "x", Exclusive).Acquire(dctx, s, "lost", false)
 	require.Error(t, err)
 	p := stateOf(s)
 	before, dirty := p.epochOf(q.prefix)

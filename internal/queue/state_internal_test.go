@@ -49,8 +49,11 @@ func TestSameLeaseIDOnTwoClustersKeepsSeparateState(t *testing.T) {
 	// partition): b's queue is dirty.
 	dead := etcdtest.NewClient(t, clientv3.Config{Endpoints: clients[1].Endpoints()})
 	require.NoError(t, dead.Close())
+	// Its retries end with dctx; the cleanup is bounded on its own.
+	dctx, dcancel := context.WithTimeout(ctx, time.Second)
+	defer dcancel()
 	q := New(clients[1], "same", "x", Exclusive)
-	_, err := New(dead, "same", "x", Exclusive).Acquire(ctx, b, "lost", false)
+	_, err := New(dead, "same", "x", Exclusive).Acquire(dctx, b, "lost", false)
 	require.Error(t, err)
 	_, dirty := stateOf(b).epochOf(q.prefix)
 	require.True(t, dirty)
