@@ -24,6 +24,7 @@ import (
 // same Locker and a fresh Election work again, on a new session, with
 // greater tokens. The recovery time (heal → next Lock granted) is logged.
 func TestClientRecoversAfterPartition(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	p := c.NewProxy(t)
 	ctx := etcdtest.Context(t)
@@ -78,6 +79,7 @@ func TestClientRecoversAfterPartition(t *testing.T) {
 
 // Client.Election works on etcd and is unsupported on Redis.
 func TestClientElection(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	ctx := etcdtest.Context(t)
 	client, err := dlock.Open(ctx, dlock.Config{Backend: dlock.BackendEtcd, Endpoints: c.HostPorts(), Prefix: "app"})
@@ -114,6 +116,7 @@ func TestClientElection(t *testing.T) {
 // server's CA, and a TLS client at a plaintext server all fail within the
 // dial timeout, saying why.
 func TestMutualTLS(t *testing.T) {
+	t.Parallel()
 	certs := tlstest.New(t)
 	c := etcdtest.New(t, etcdtest.WithTLS(certs, true))
 	plain := etcdtest.New(t)
@@ -181,6 +184,7 @@ func TestMutualTLS(t *testing.T) {
 // etcd.example only (no IP address), the right name connects and a wrong
 // one, or none, is refused; a Config.TLS with ServerName does the same.
 func TestEtcdServerName(t *testing.T) {
+	t.Parallel()
 	certs := tlstest.New(t).NameOnly(t)
 	c := etcdtest.New(t, etcdtest.WithTLS(certs, false))
 	hp := c.HostPorts()[0] // 127.0.0.1:port
@@ -244,6 +248,7 @@ func sep(dsn string) string {
 // alone can lock, TryLock, campaign and observe; a Client on another prefix
 // is denied with an error that names the permission it lacks.
 func TestAuthLimitedToPrefix(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	ctx := etcdtest.Context(t)
 	root := c.Client(t)

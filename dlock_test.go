@@ -21,6 +21,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParseDSN(t *testing.T) {
+	t.Parallel()
 	cases := map[string]dlock.Config{
 		"etcd://h1:2379,h2:2379/app?ttl=5s": {Backend: "etcd", Endpoints: []string{"h1:2379", "h2:2379"}, Prefix: "app", TTL: 5 * time.Second},
 		"etcd://h1,h2,h3":                   {Backend: "etcd", Endpoints: []string{"h1:2379", "h2:2379", "h3:2379"}},
@@ -83,6 +84,7 @@ func TestParseDSN(t *testing.T) {
 
 // TLS schemes load the files named in the DSN into Config.TLS.
 func TestParseDSNTLS(t *testing.T) {
+	t.Parallel()
 	certs := tlstest.New(t)
 	c, err := dlock.ParseDSN("etcds://h1,h2/app?cacert=" + certs.CA + "&cert=" + certs.ClientCert + "&key=" + certs.ClientKey + "&server_name=etcd.example")
 	require.NoError(t, err)
@@ -130,6 +132,7 @@ func FuzzParseDSN(f *testing.F) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	for name, c := range map[string]dlock.Config{
 		"backend":   {Endpoints: []string{"h:1"}},
 		"unknown":   {Backend: "consul", Endpoints: []string{"h:1"}},
@@ -145,6 +148,7 @@ func TestValidate(t *testing.T) {
 
 // The same application code runs on every backend; only the DSN changes.
 func TestSwitchBackends(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	rs := redistest.StartN(t, 3)
 	dsns := map[string]string{
@@ -196,6 +200,7 @@ func mustLocker(t *testing.T, etcd *etcdtest.Cluster) lock.Locker {
 
 // An unreachable endpoint fails Open within the dial timeout.
 func TestOpenUnreachable(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()

@@ -13,6 +13,7 @@ import (
 
 // Bad input is refused by ParseDSN, with these messages in full.
 func TestParseDSNRefusals(t *testing.T) {
+	t.Parallel()
 	for dsn, want := range map[string]string{
 		"": "dlock: invalid config: dsn: empty (want a scheme and hosts: etcd://h:2379, redis://h:6379 or redlock://h1,h2,h3)",
 		"redis://h:6379?ttl=10ms": "dlock: invalid config: redis: invalid option: ttl 10ms is below the minimum 1s: the validity " +
@@ -44,6 +45,7 @@ func TestParseDSNRefusals(t *testing.T) {
 
 // Schemes are case-insensitive, as URL schemes are.
 func TestParseDSNSchemeCase(t *testing.T) {
+	t.Parallel()
 	for upper, lower := range map[string]string{
 		"ETCD://h1,h2/app?ttl=5s":               "etcd://h1,h2/app?ttl=5s",
 		"Redis://h/x?db=2":                      "redis://h/x?db=2",
@@ -62,6 +64,7 @@ func TestParseDSNSchemeCase(t *testing.T) {
 // A Redis TTL below redis.MinTTL is refused by Validate (and so by Open)
 // too, naming the field; redis.MinTTL itself is accepted.
 func TestValidateRedisTTLFloor(t *testing.T) {
+	t.Parallel()
 	for _, c := range []dlock.Config{
 		{Backend: dlock.BackendRedis, Endpoints: []string{"a:1"}},
 		{Backend: dlock.BackendRedlock, Endpoints: []string{"a:1", "b:1", "c:1"}},

@@ -28,6 +28,7 @@ const rideBound = 2500 * time.Millisecond
 // its deadline (Open: "grant lease: context deadline exceeded", blaming
 // the dead member's address).
 func TestRidesOutLeaderElection(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t, etcdtest.WithMembers(3), etcdtest.WithFsync(), etcdtest.WithElection(100*time.Millisecond, time.Second))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -105,6 +106,7 @@ func TestRidesOutLeaderElection(t *testing.T) {
 // and says that the cluster has no majority, naming the members that do
 // not answer, instead of blaming the first endpoint alone.
 func TestOpenWithoutQuorumSaysWhy(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t, etcdtest.WithMembers(3), etcdtest.WithFsync(), etcdtest.WithElection(100*time.Millisecond, time.Second))
 	ms := c.Members()
 	ms[0].Kill(t)

@@ -19,6 +19,7 @@ import (
 // client logs in before Open's session starts, within the same share of
 // the dial timeout).
 func TestOpenDiagnosisWithCredentials(t *testing.T) {
+	t.Parallel()
 	ep := etcdtest.FreeAddr(t) // free a moment ago: nothing listens there
 	why := func(dsn string) string {
 		t.Helper()
@@ -42,6 +43,7 @@ func TestOpenDiagnosisWithCredentials(t *testing.T) {
 // there, with credentials or without; a single Redis node's failure is
 // worded for one node, its cause printed once.
 func TestOpenWrongBackend(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	rs := redistest.Start(t)
 	e, r := etcd.HostPorts()[0], rs.Addr()

@@ -21,6 +21,7 @@ const secret = "s3cretPassw0rd"
 // Printing a Config, in every verb and nested in a caller's struct, and
 // logging it through slog, never shows its password.
 func TestConfigPrintsNoPassword(t *testing.T) {
+	t.Parallel()
 	cfg := dlock.Config{
 		Backend: dlock.BackendEtcd, Endpoints: []string{"10.0.0.1:2379"}, Prefix: "app",
 		Username: "svc", Password: secret, TTL: 10 * time.Second,
@@ -61,6 +62,7 @@ func TestConfigPrintsNoPassword(t *testing.T) {
 // ParseDSN's errors, for every kind of malformed DSN, never contain the
 // password; neither do Open's.
 func TestDSNErrorsShowNoPassword(t *testing.T) {
+	t.Parallel()
 	for _, dsn := range []string{
 		"etcd//user:" + secret + "@h:2379/p", // no scheme
 		"etcdx://user:" + secret + "@h:2379/p",
@@ -104,6 +106,7 @@ func TestDSNErrorsShowNoPassword(t *testing.T) {
 // The Config printed by Format has Config's fields, in Config's order: a
 // field added to Config must be added to its printed form.
 func TestConfigViewHasConfigFields(t *testing.T) {
+	t.Parallel()
 	typ := reflect.TypeFor[dlock.Config]()
 	var want []string
 	for i := range typ.NumField() {
@@ -126,6 +129,7 @@ func TestConfigViewHasConfigFields(t *testing.T) {
 // can hold a secret (a token, a key), redact it in Format and LogValue
 // before adding it here.
 func TestConfigFieldsReviewedForSecrets(t *testing.T) {
+	t.Parallel()
 	reviewed := []string{"Backend", "Endpoints", "Prefix", "TTL", "DialTimeout", "Username",
 		"Password", "DB", "MasterName", "Cluster", "Replicas", "TLS", "MeterProvider", "TracerProvider", "Logger"}
 	var fields []string

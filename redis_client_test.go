@@ -19,6 +19,7 @@ import (
 // so node 2 keeps no key; a Close that closed the connections at once
 // would leave the key until its TTL.
 func TestRedlockCloseWaitsForStragglers(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	servers := redistest.StartN(t, 3)

@@ -22,6 +22,7 @@ import (
 // Redlock nodes; plaintext and TLS), and locks through it; its Election
 // fails with an error matching errors.ErrUnsupported.
 func TestRedisDSNForms(t *testing.T) {
+	t.Parallel()
 	certs := tlstest.New(t)
 	tlsQuery := func(q url.Values) string {
 		q.Set("cacert", certs.CA)
@@ -89,6 +90,7 @@ func TestRedisDSNForms(t *testing.T) {
 // TestParseRedisDSNErrors: a bad Redis DSN is refused with an error that
 // names the field.
 func TestParseRedisDSNErrors(t *testing.T) {
+	t.Parallel()
 	certs := tlstest.New(t)
 	for dsn, field := range map[string]string{
 		"redis+sentinel://s1,s2":                          "master_name",

@@ -62,6 +62,7 @@ var (
 // drive it; a span per acquire carries the outcome, the token, the wait
 // and the entries ahead; a session loss is a WARN log record.
 func TestTelemetryEtcd(t *testing.T) {
+	t.Parallel()
 	m, mp := newMetrics(t)
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -179,6 +180,7 @@ func TestTelemetryEtcd(t *testing.T) {
 // the holder's back, found by Unlock) appear with its dlock.backend, a span
 // per acquire, and a WARN record per loss.
 func TestTelemetryRedisClient(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{dlock.BackendRedis, dlock.BackendRedlock} {
 		t.Run(backend, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

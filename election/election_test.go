@@ -18,6 +18,7 @@ import (
 )
 
 func TestCampaignProclaimResign(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	el := newElection(t, etcdtest.Session(t, cli), "primary")
@@ -79,6 +80,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 // the next candidate is elected with a strictly greater epoch, and every
 // observer sees the same sequence of states.
 func TestFailoverThreeCandidates(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t, etcdtest.WithMembers(3))
 	cli, ocli := c.Client(t), c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -160,6 +162,7 @@ func TestFailoverThreeCandidates(t *testing.T) {
 // candidate is elected; afterwards its Proclaim and Resign are rejected and
 // leave the new leader's key alone.
 func TestCutOffLeaderStepsDownFirst(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second
 	c := etcdtest.New(t)
 	cli := c.Client(t)
@@ -199,6 +202,7 @@ func TestCutOffLeaderStepsDownFirst(t *testing.T) {
 // the server, its session has not noticed): Proclaim and Resign are guarded
 // by its key's create revision and never touch the new leader's key.
 func TestProclaimResignAfterLossAreGuarded(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -245,6 +249,7 @@ func assertUntouched(t *testing.T, cli *clientv3.Client, term *election.Term, fn
 }
 
 func TestCampaignCancelledDeletesKey(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -274,6 +279,7 @@ func TestCampaignCancelledDeletesKey(t *testing.T) {
 // If the session ends while campaigning, Campaign returns an error and
 // never a Term.
 func TestCampaignSessionEnds(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -300,6 +306,7 @@ func TestCampaignSessionEnds(t *testing.T) {
 // etcd #19597: a candidate whose key disappeared while it waited must not
 // report leadership when its predecessors are gone.
 func TestCampaignKeyDeletedWhileWaiting(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -323,6 +330,7 @@ func TestCampaignKeyDeletedWhileWaiting(t *testing.T) {
 
 // Two candidates on one session are independent: the second waits.
 func TestSameSessionCandidatesExclude(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -344,6 +352,7 @@ func TestSameSessionCandidatesExclude(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	s := etcdtest.Session(t, cli)
@@ -400,6 +409,7 @@ func TestBadInput(t *testing.T) {
 
 // Nested names are separate elections (see lock's TestNestedNamesAreIndependent).
 func TestNestedNamesAreIndependent(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)

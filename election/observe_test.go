@@ -16,6 +16,7 @@ import (
 // An observer whose watch starts behind a compaction re-reads and delivers
 // the final state.
 func TestObserveAcrossCompaction(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -79,6 +80,7 @@ func TestObserveAcrossCompaction(t *testing.T) {
 // A reader that does not read while the leader proclaims 20 values gets
 // the latest one, never an older state after a newer one.
 func TestObserveSlowReaderGetsLatest(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -108,6 +110,7 @@ func TestObserveSlowReaderGetsLatest(t *testing.T) {
 // An observer started while a leader leads delivers it first; the channel
 // closes when ctx ends.
 func TestObserveStartsWithCurrentLeaderAndClosesWithCtx(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -134,6 +137,7 @@ func TestObserveStartsWithCurrentLeaderAndClosesWithCtx(t *testing.T) {
 
 // An observer keeps going when the etcd leader changes under its watch.
 func TestObserveSurvivesMemberLoss(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t, etcdtest.WithMembers(3))
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)

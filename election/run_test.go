@@ -40,6 +40,7 @@ func recv[T any](t *testing.T, ctx context.Context, ch <-chan T, what string) T 
 // ErrLeadershipLost; OnStoppedLeading runs; without Recampaign Run returns
 // the loss.
 func TestRunStepsDownOnLoss(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -71,6 +72,7 @@ func TestRunStepsDownOnLoss(t *testing.T) {
 // cancelling ctx resigns and returns ctx's error. OnNewLeader sees both
 // terms.
 func TestRunRecampaign(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -143,6 +145,7 @@ func TestRunRecampaign(t *testing.T) {
 // When OnElected returns while leading, Run resigns and returns its error;
 // a second candidate's OnNewLeader sees the first, then takes over.
 func TestRunHandover(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -189,6 +192,7 @@ func TestRunHandover(t *testing.T) {
 }
 
 func TestRunBadConfig(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -233,6 +237,7 @@ func TestRunBadConfig(t *testing.T) {
 // A Run that is never elected still calls OnStoppedLeading, once, when it
 // returns (as client-go does), and never OnElected.
 func TestRunNeverElectedStillStops(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -262,6 +267,7 @@ func TestRunNeverElectedStillStops(t *testing.T) {
 // it reaches Run's caller: no candidate key is left, and another
 // candidate is elected.
 func TestRunResignsOnPanic(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	s := etcdtest.Session(t, cli)
@@ -34,6 +35,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceSemaphore(t *testing.T) {
+	t.Parallel()
 	cli := etcdtest.New(t).Client(t)
 	locktest.RunSemaphore(t, locktest.SemaphoreBackend{
 		New: func(t *testing.T, name string, permits int) locktest.Semaphore {
@@ -49,6 +51,7 @@ func TestConformanceSemaphore(t *testing.T) {
 }
 
 func TestConformanceRWMutex(t *testing.T) {
+	t.Parallel()
 	cli := etcdtest.New(t).Client(t)
 	newRW := func(t *testing.T, name string) *lock.RWMutex {
 		rw, err := lock.NewRWMutex(etcdtest.Session(t, cli, fastBeat), name)

@@ -101,6 +101,7 @@ var acquirers = map[string]func(*lock.Mutex) func(context.Context) (lock.Held, e
 // sends its enqueue again, under a fresh name, and is granted; the late
 // copy, arriving after that grant's release, is void.
 func TestLateEnqueueLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	for name, acquirer := range acquirers {
 		t.Run(name, func(t *testing.T) {
 			c := etcdtest.New(t)
@@ -136,6 +137,7 @@ func TestLateEnqueueLeavesNoKey(t *testing.T) {
 // itself sends the Txn again, which finds the session's own key under the
 // name. Either way the grant's key is the only one.
 func TestLostEnqueueResponseLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		err  error

@@ -18,6 +18,7 @@ import (
 // same test). When nobody waited at the time, the next Lock, or TryLock,
 // waits d from its arrival. A Mutex without the option leaves no mark.
 func TestLockDelay(t *testing.T) {
+	t.Parallel()
 	const d = time.Second
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.Context(t)

@@ -62,6 +62,7 @@ func pairLoop(t *testing.T, ctx context.Context, rounds int, newPair func() (a, 
 // LockAll takes the locks in one global order, whatever the argument
 // order.
 func TestLockAllNoDeadlock(t *testing.T) {
+	t.Parallel()
 	t.Run("Memory", func(t *testing.T) {
 		mem := locktest.NewMemory()
 		ctx := etcdtest.ContextFor(t, 20*time.Second)
@@ -84,6 +85,7 @@ func TestLockAllNoDeadlock(t *testing.T) {
 // lock releases the first: no key of its own is left, and its error names
 // the lock it waited for and matches the ctx's error.
 func TestLockAllCancelLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.Context(t)
 	s := etcdtest.Session(t, cli)
@@ -134,6 +136,7 @@ func TestLockAllCancelLeavesNoKey(t *testing.T) {
 
 // A panic in DoAll's fn releases every lock before it goes on.
 func TestDoAllReleasesOnPanic(t *testing.T) {
+	t.Parallel()
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.Context(t)
 	s := etcdtest.Session(t, cli)
@@ -170,6 +173,7 @@ func TestDoAllReleasesOnPanic(t *testing.T) {
 // cancels fn's context with the loss as the cause; DoAll reports the loss
 // and releases the other lock.
 func TestDoAllCancelsOnLoss(t *testing.T) {
+	t.Parallel()
 	check := func(t *testing.T, ctx context.Context, ls []lock.Locker, lose func(h lock.Held)) {
 		t.Helper()
 		err := lock.DoAll(ctx, ls, func(fnCtx context.Context, hs []lock.Held) error {
@@ -214,6 +218,7 @@ func TestDoAllCancelsOnLoss(t *testing.T) {
 // LockAll returns the loss, naming both locks, and leaves nothing (the
 // waiter leaves the queue).
 func TestLockAllLossWhileWaiting(t *testing.T) {
+	t.Parallel()
 	ctx := etcdtest.ContextFor(t, 10*time.Second)
 	mem := locktest.NewMemory()
 	hb, err := mem.Locker("b").Lock(ctx)
@@ -242,6 +247,7 @@ func TestLockAllLossWhileWaiting(t *testing.T) {
 // An acquire that fails (here: a bad name) makes LockAll release what it
 // took, and its error says which lock failed and why.
 func TestLockAllFailureReleases(t *testing.T) {
+	t.Parallel()
 	ctx := etcdtest.ContextFor(t, 10*time.Second)
 	mem := locktest.NewMemory()
 	hs, err := lock.LockAll(ctx, mem.Locker("z//bad"), mem.Locker("a"))
@@ -269,6 +275,7 @@ type wrapped struct{ *lock.Mutex }
 // and two Lockers of one lock (in one backend: two Mutexes, or a Mutex and
 // an RWMutex, of one name); no Locker means nothing to do.
 func TestLockAllRefuses(t *testing.T) {
+	t.Parallel()
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.ContextFor(t, 10*time.Second) // a self-deadlock ends here
 	s1, s2 := etcdtest.Session(t, cli), etcdtest.Session(t, cli)
@@ -318,6 +325,7 @@ func TestLockAllRefuses(t *testing.T) {
 // LockAll mixes backends: an etcd Mutex and a Memory lock in one call,
 // each grant with its own backend's token, in argument order.
 func TestLockAllMixed(t *testing.T) {
+	t.Parallel()
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.Context(t)
 	s := etcdtest.Session(t, cli)
@@ -340,6 +348,7 @@ func TestLockAllMixed(t *testing.T) {
 // A ctx that ended before LockAll: the error matches it and names the
 // first lock in the global order.
 func TestLockAllEndedContext(t *testing.T) {
+	t.Parallel()
 	mem := locktest.NewMemory()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()

@@ -15,6 +15,7 @@ import (
 )
 
 func TestLockUnlock(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	m := newMutex(t, etcdtest.Session(t, cli), "orders")
@@ -49,6 +50,7 @@ func TestLockUnlock(t *testing.T) {
 // Unlock of a watched grant reports ErrUnlocked, not a loss: the watcher
 // sees Unlock's own delete and must leave the verdict to Unlock.
 func TestUnlockWatched(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	m := newMutex(t, etcdtest.Session(t, c.Client(t)), "watched")
 	ctx := etcdtest.Context(t)
@@ -66,6 +68,7 @@ func TestUnlockWatched(t *testing.T) {
 // Two Mutexes on one session are independent locks of the same name: the
 // second waits for the first (etcd issue #11360 is the counter-example).
 func TestSameSessionExcludes(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	s := etcdtest.Session(t, c.Client(t))
 	m1, m2 := newMutex(t, s, "x"), newMutex(t, s, "x")
@@ -90,6 +93,7 @@ func TestSameSessionExcludes(t *testing.T) {
 // write goes through a MemoryGuard; no two holders overlap; tokens strictly
 // increase in grant order.
 func TestContention(t *testing.T) {
+	t.Parallel()
 	const workers, rounds = 32, 3
 	c := etcdtest.New(t)
 	cli := c.Client(t)
@@ -136,6 +140,7 @@ func TestContention(t *testing.T) {
 
 // FIFO: waiters that arrive one after another are granted in that order.
 func TestFIFO(t *testing.T) {
+	t.Parallel()
 	const waiters = 32
 	c := etcdtest.New(t)
 	cli := c.Client(t)
@@ -177,6 +182,7 @@ func TestFIFO(t *testing.T) {
 // the key unescaped, the queue of "a" would range over the keys of "a/b",
 // and "a" would look held while only "a/b" is.
 func TestNestedNamesAreIndependent(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	s := etcdtest.Session(t, cli)
@@ -200,6 +206,7 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 // fails with ErrKeyDeleted, which does not match ErrLockLost (it never
 // held the lock), and nothing of it is left.
 func TestLockKeyDeletedWhileWaiting(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)

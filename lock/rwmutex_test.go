@@ -26,6 +26,7 @@ func newRWMutex(t *testing.T, s session.Source, name string) *lock.RWMutex {
 // that writer, issue no request. Each waiter watches only what can grant
 // it.
 func TestRWWriterReleaseGrantsReaderRun(t *testing.T) {
+	t.Parallel()
 	const run = 3
 	c := etcdtest.New(t)
 	rc := newRequestCounter()
@@ -97,6 +98,7 @@ func TestRWWriterReleaseGrantsReaderRun(t *testing.T) {
 // Cancelled RLock and Lock leave no key; TryRLock and TryLock refused
 // create none.
 func TestRWCancelLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.Context(t)
 	rw := newRWMutex(t, etcdtest.Session(t, cli), "cancel")

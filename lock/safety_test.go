@@ -68,6 +68,7 @@ func (rc *requestCounter) snapshot() map[int]int {
 // thundering herd (every waiter re-reading on every release) would add
 // requests to the waiters still queued.
 func TestNoThunderingHerd(t *testing.T) {
+	t.Parallel()
 	const waiters = 100
 	c := etcdtest.New(t)
 	rc := newRequestCounter()
@@ -140,6 +141,7 @@ func TestNoThunderingHerd(t *testing.T) {
 
 // A stale or retried Unlock never deletes the next holder's key.
 func TestStaleUnlock(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -173,6 +175,7 @@ func TestStaleUnlock(t *testing.T) {
 
 // A cancelled or failed acquire leaves no key behind.
 func TestCancelLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -216,6 +219,7 @@ func TestCancelLeavesNoKey(t *testing.T) {
 // A waiter whose session ends while it waits gets an error, never the lock,
 // even when the lock is released right after.
 func TestWaiterSessionEnds(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -249,6 +253,7 @@ func TestWaiterSessionEnds(t *testing.T) {
 // Closing a session releases every lock it holds at once; the waiters are
 // granted.
 func TestSessionCloseReleasesAll(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -288,6 +293,7 @@ func TestSessionCloseReleasesAll(t *testing.T) {
 // A client cut off from etcd: its session's Done and every Held.Done close
 // strictly before another client can observe the lease gone.
 func TestPartitionedHolderStopsFirst(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	ctx := etcdtest.Context(t)
 	pcli, proxy := c.ProxiedClient(t)
@@ -325,6 +331,7 @@ func TestPartitionedHolderStopsFirst(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	s := etcdtest.Session(t, c.Client(t))
 	for _, name := range []string{"", "a//b", "/a", "a/", "../x", "a/./b", "sp ace", "ünï", string(make([]byte, lock.MaxNameLen+1))} {
@@ -360,6 +367,7 @@ func TestBadInput(t *testing.T) {
 
 // IsOwner makes an etcd write conditional on holding the lock.
 func TestIsOwner(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -378,6 +386,7 @@ func TestIsOwner(t *testing.T) {
 // Do cancels fn's context, with a cause matching ErrLockLost, when the
 // lock is lost.
 func TestDoCancelsOnLoss(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -406,6 +415,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 // 50 locks, each extension of its deadline costs one keepalive (one
 // message on the session's keepalive stream).
 func TestOneHeartbeatForManyLocks(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	var keepalives atomic.Int64
 	cfg := c.Config()
@@ -462,6 +472,7 @@ func (c countSends) SendMsg(m any) error {
 // ended session reports the loss, and the same Mutex's next Lock runs on a
 // fresh session. On a plain Session, the next Lock fails (today's meaning).
 func TestMutexOnManager(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -498,6 +509,7 @@ func TestMutexOnManager(t *testing.T) {
 // closed. (A recovered panic used to leave the key until the session
 // ended: never, on a renewing Client.)
 func TestDoReleasesOnPanic(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)

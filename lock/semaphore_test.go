@@ -27,6 +27,7 @@ func newSemaphore(t *testing.T, s session.Source, name string, permits int) *loc
 // 12 contenders on separate sessions, 3 permits: never more than 3 inside,
 // and 3 reached, under contention.
 func TestSemaphoreContention(t *testing.T) {
+	t.Parallel()
 	const contenders, permits, rounds = 12, 3, 3
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.Context(t)
@@ -72,6 +73,7 @@ func TestSemaphoreContention(t *testing.T) {
 // and only that waiter issues requests. A holder's session loss frees its
 // permit too. Nothing is left behind.
 func TestSemaphoreFIFOAndHerd(t *testing.T) {
+	t.Parallel()
 	const permits, waiters = 3, 9
 	c := etcdtest.New(t)
 	rc := newRequestCounter()
@@ -163,6 +165,7 @@ func TestSemaphoreFIFOAndHerd(t *testing.T) {
 // the permits get ErrPermitsMismatch, as does a semaphore on a Mutex's
 // name; bad input is refused.
 func TestSemaphoreCancelMismatchBadInput(t *testing.T) {
+	t.Parallel()
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.Context(t)
 	s := etcdtest.Session(t, cli)
@@ -215,6 +218,7 @@ func TestSemaphoreCancelMismatchBadInput(t *testing.T) {
 // writer's and a Mutex's under Prefix but not ReaderPrefix, storing the
 // owner alone.
 func TestInspectionLayout(t *testing.T) {
+	t.Parallel()
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.Context(t)
 	s := etcdtest.Session(t, cli)

@@ -68,16 +68,19 @@ func clientBackend(t *testing.T, admin goredis.UniversalClient, newClient func(t
 }
 
 func TestConformanceMutex(t *testing.T) {
+	t.Parallel()
 	locktest.Run(t, mutexBackend(t))
 }
 
 func TestConformanceMutexAutoExtend(t *testing.T) {
+	t.Parallel()
 	locktest.Run(t, mutexBackend(t, redis.WithAutoExtend(0)))
 }
 
 // TestConformanceMutexDefaultClient: clients built with go-redis' default
 // options (ContextTimeoutEnabled false), as most applications build them.
 func TestConformanceMutexDefaultClient(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	locktest.Run(t, clientBackend(t, s.Client(t), s.DefaultClient))
 }
@@ -85,6 +88,7 @@ func TestConformanceMutexDefaultClient(t *testing.T) {
 // TestConformanceMutexSentinel: the Mutex on a goredis.NewFailoverClient,
 // which finds the master through three sentinels.
 func TestConformanceMutexSentinel(t *testing.T) {
+	t.Parallel()
 	st := redistest.StartSentinel(t)
 	locktest.Run(t, clientBackend(t, st.Client(t), st.Client))
 }
@@ -92,6 +96,7 @@ func TestConformanceMutexSentinel(t *testing.T) {
 // TestConformanceMutexCluster: the Mutex on a goredis.NewClusterClient over
 // a 3-master cluster; the hash tag keeps a lock's keys in one slot.
 func TestConformanceMutexCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	locktest.Run(t, clientBackend(t, cl.Client(t), cl.Client))
 }
@@ -139,12 +144,14 @@ func redlockClientsBackend(t *testing.T, servers []*redistest.Server, newClients
 }
 
 func TestConformanceRedlock(t *testing.T) {
+	t.Parallel()
 	locktest.Run(t, redlockBackend(t, redistest.StartN(t, 5)))
 }
 
 // TestConformanceRedlockDefaultClients: nodes reached through clients with
 // go-redis' default options (ContextTimeoutEnabled false).
 func TestConformanceRedlockDefaultClients(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartN(t, 5)
 	locktest.Run(t, redlockClientsBackend(t, servers, func(t *testing.T) []goredis.UniversalClient { return defaultClients(t, servers) }))
 }
@@ -152,6 +159,7 @@ func TestConformanceRedlockDefaultClients(t *testing.T) {
 // TestConformanceRedlockTwoDown runs the whole suite with 2 of 5 nodes
 // killed: exclusion and everything else still hold on the majority.
 func TestConformanceRedlockTwoDown(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartN(t, 5)
 	servers[1].Kill()
 	servers[3].Kill()

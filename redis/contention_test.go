@@ -27,6 +27,7 @@ import (
 //
 //	DLOCK_CONTENTION=10s go test -count=1 -v -run TestRedlockContention ./redis
 func TestRedlockContention(t *testing.T) {
+	t.Parallel()
 	v := os.Getenv("DLOCK_CONTENTION")
 	if v == "" {
 		t.Skip("set DLOCK_CONTENTION to a duration (e.g. 10s) to measure")

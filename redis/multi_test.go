@@ -20,6 +20,7 @@ import (
 // deadlock (the global order sorts "etcd:..." before "redis:..."); each
 // grant carries its own backend's token.
 func TestLockAllEtcdAndRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.ContextFor(t, 30*time.Second)
@@ -64,6 +65,7 @@ func TestLockAllEtcdAndRedis(t *testing.T) {
 // A LockAll that holds an etcd lock and waits for a Redis one releases the
 // etcd lock when its ctx ends.
 func TestLockAllCancelEtcdAndRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	cli := etcdtest.New(t).Client(t)
 	ctx := etcdtest.ContextFor(t, 30*time.Second)

@@ -34,6 +34,7 @@ func waitDone(t *testing.T, h lock.Held) {
 }
 
 func TestNewBadInput(t *testing.T) {
+	t.Parallel()
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
 	t.Cleanup(func() { _ = c.Close() })
 	clients := []goredis.UniversalClient{c, goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:2", ContextTimeoutEnabled: true}), goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:3", ContextTimeoutEnabled: true})}
@@ -98,6 +99,7 @@ func TestNewBadInput(t *testing.T) {
 // TestTokenAndKeys: tokens grow by one per grant, the counter survives
 // releases, keys share one hash tag, and nothing but the counter remains.
 func TestTokenAndKeys(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := redistest.Start(t)
 	admin := s.Client(t)
@@ -129,6 +131,7 @@ func TestTokenAndKeys(t *testing.T) {
 // the server expires the key; Extend and Unlock then report the loss, and
 // Extend does not re-create the key.
 func TestDeadline(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := redistest.Start(t)
 	admin := s.Client(t)
@@ -153,6 +156,7 @@ func TestDeadline(t *testing.T) {
 
 // TestExtend moves the deadline, and reports loss when the key is gone.
 func TestExtend(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := redistest.Start(t)
 	m := newMutex(t, s.Client(t), "ext", redis.WithTTL(5*time.Second))
@@ -178,6 +182,7 @@ func TestExtend(t *testing.T) {
 // TestAutoExtendMaxHold: the watchdog stops at the maximum hold, and the
 // grant then ends at its deadline.
 func TestAutoExtendMaxHold(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := redistest.Start(t)
 	m := newMutex(t, s.Client(t), "maxhold", redis.WithTTL(redis.MinTTL), redis.WithAutoExtend(400*time.Millisecond))
@@ -191,6 +196,7 @@ func TestAutoExtendMaxHold(t *testing.T) {
 // TestAutoExtendDetectsLoss: the watchdog (every TTL/3 = 2s) notices a
 // deleted key well before the deadline (6s): Err comes from its Extend.
 func TestAutoExtendDetectsLoss(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := redistest.Start(t)
 	m := newMutex(t, s.Client(t), "watch", redis.WithTTL(6*time.Second), redis.WithAutoExtend(0))
@@ -207,6 +213,7 @@ func TestAutoExtendDetectsLoss(t *testing.T) {
 // TestOwner: the owner is stored in the lock key, after the grant's
 // random value and a space, for operators to read.
 func TestOwner(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := redistest.Start(t)
 	m := newMutex(t, s.Client(t), "owned", redis.WithOwner("host-1/pid-42"))
@@ -224,6 +231,7 @@ func TestOwner(t *testing.T) {
 // TestReplicas: a grant counts only once WAIT saw enough replicas; a grant
 // that did not is released.
 func TestReplicas(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	// No diskless-sync delay, so the replica links up at once.
@@ -265,6 +273,7 @@ func waitReplicaUp(ctx context.Context, t *testing.T, c goredis.UniversalClient)
 // TestCancelLeavesNoKey: a Lock cancelled while waiting leaves no key, and
 // the holder's release wakes a waiter.
 func TestCancelLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := redistest.Start(t)
 	admin := s.Client(t)

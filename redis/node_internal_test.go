@@ -42,6 +42,7 @@ func warm(t *testing.T, d time.Duration) {
 // ends the warm workers: with workers warm for an hour, it returns only
 // because it tells them to exit.
 func TestWarmWorkers(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	warm(t, time.Hour)
@@ -78,6 +79,7 @@ func TestWarmWorkers(t *testing.T) {
 // A warm worker that gets no task exits on its own, without a Drain, and
 // its client leaves the map.
 func TestWorkersCool(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	warm(t, time.Millisecond)
@@ -104,6 +106,7 @@ func TestWorkersCool(t *testing.T) {
 // Drain waits for a running task of its client only (returning ctx's error
 // if ctx ends first), and a task started during a Drain runs.
 func TestDrainWaitsForItsClient(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	warm(t, time.Hour)

@@ -20,6 +20,7 @@ import (
 // TestRedlockQuorum: with 2 of 5 nodes down a grant still excludes others;
 // with 3 down no grant is given, and the error names the failed nodes.
 func TestRedlockQuorum(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	servers := redistest.StartN(t, 5)
@@ -79,6 +80,7 @@ func TestRedlockQuorum(t *testing.T) {
 
 // TestRedlockCannotBeFenced: the token has Seq 0 and every guard rejects it.
 func TestRedlockCannotBeFenced(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	r, err := redis.NewRedlock(redistest.Clients(t, redistest.StartN(t, 3)), "nofence")
 	require.NoError(t, err)
@@ -93,6 +95,7 @@ func TestRedlockCannotBeFenced(t *testing.T) {
 // TestRedlockExtendOnMajority: Extend succeeds with 2 of 5 down, and reports
 // loss when a majority no longer holds the grant.
 func TestRedlockExtendOnMajority(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	servers := redistest.StartN(t, 5)
 	clients := redistest.Clients(t, servers)
@@ -136,6 +139,7 @@ func TestRedlockExtendOnMajority(t *testing.T) {
 // accepted: a stalled node cannot hold a fan-out past the node timeout
 // (TestRedlockStalledNode shows it).
 func TestRedlockAcceptsDefaultClients(t *testing.T) {
+	t.Parallel()
 	var clients []goredis.UniversalClient
 	for i := range 3 {
 		clients = append(clients, goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)}))

@@ -21,6 +21,7 @@ import (
 // a failover client (a *goredis.Client) and a cluster client (WAIT on the
 // key's master), and refuses the others.
 func TestReplicasClients(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
@@ -54,6 +55,7 @@ func TestReplicasClients(t *testing.T) {
 // failover client, is then granted the same lock while A's grant is still
 // valid, and with the same token: the counter's last INCR was lost too.
 func TestSentinelFailoverDoubleGrant(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	st := redistest.StartSentinel(t)
@@ -100,6 +102,7 @@ func TestSentinelFailoverDoubleGrant(t *testing.T) {
 // confirmed before the cut is on the promoted replica: it still holds the
 // lock there.
 func TestSentinelFailoverWithReplicas(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	st := redistest.StartSentinel(t)
@@ -172,6 +175,7 @@ func (c countedConn) Write(p []byte) (int, error) {
 // leaves no key behind, and Lock goes on retrying; once the replica
 // resumes, Lock is granted.
 func TestReplicaCannotAcknowledge(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	master := redistest.Start(t, redistest.WithArgs("--repl-diskless-sync-delay", "0"))
@@ -262,6 +266,7 @@ func (c *cmdCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 // go-redis' defaults they run on a WithTimeout view, on which go-redis
 // runs none of the client's hooks.
 func TestViewRunsNoHooks(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	s := redistest.Start(t)

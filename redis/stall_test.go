@@ -59,6 +59,7 @@ func keyCount(ctx context.Context, t *testing.T, servers []*redistest.Server, na
 // node. After SIGCONT the stalled node runs the queued SET and release in
 // some order, and its straggler deletes what its late SET left.
 func TestRedlockStalledNode(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	const name = "stalled"
@@ -106,6 +107,7 @@ func TestRedlockStalledNode(t *testing.T) {
 // the delete that followed the unanswered SET, still waiting for the
 // node, deletes it.
 func TestRedlockLateGrantAfterFailure(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	const name = "late"
@@ -159,6 +161,7 @@ func TestRedlockLateGrantAfterFailure(t *testing.T) {
 // a late answer during the hold must count as one: were it dropped, the
 // resumed node would keep the key until its TTL.
 func TestRedlockLateGrantWhileHeld(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	const name = "late-held"
@@ -190,6 +193,7 @@ func TestRedlockLateGrantWhileHeld(t *testing.T) {
 // on two of the three nodes that granted, Unlock reports the lock lost,
 // not merely no quorum.
 func TestRedlockUnlockCountsNodesStillOut(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	const name = "still-out"
@@ -238,6 +242,7 @@ func TestRedlockUnlockCountsNodesStillOut(t *testing.T) {
 // caller's goroutine, capped at the node timeout, and go-redis gives up
 // on the node itself.
 func TestMutexStalledNode(t *testing.T) {
+	t.Parallel()
 	clients := map[string]func(*redistest.Server, testing.TB) goredis.UniversalClient{
 		"default client":  (*redistest.Server).DefaultClient,
 		"deadline client": (*redistest.Server).Client,
@@ -330,6 +335,7 @@ func testMutexStalledNode(t *testing.T, client func(*redistest.Server, testing.T
 // ends, and node 2 keeps the key until its TTL (CI saw that in
 // TestRunRedlock).
 func TestRedlockReleaseOutlivesCallerCtx(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	const name = "outlives"
@@ -379,6 +385,7 @@ type stoppable struct {
 // acquire reached it). The control is a client that dlock cannot bound
 // (a Ring without ContextTimeoutEnabled): its TryLock waits for the node.
 func TestNodeTimeoutBoundsCommands(t *testing.T) {
+	t.Parallel()
 	const name = "capped"
 	key := redis.DefaultPrefix + "{" + name + "}"
 	plain := func(deadlines bool) func(t *testing.T) stoppable {

@@ -135,6 +135,7 @@ var (
 // the watchdog's renewal hung on a stopped server); a span per acquire;
 // DEBUG records for grants and releases, a WARN record per loss.
 func TestTelemetryMutex(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	o := newObserved(t)
@@ -248,6 +249,7 @@ func TestTelemetryMutex(t *testing.T) {
 // dlock.backend "redlock": grant, refusal, a loss found by Extend once a
 // majority lost the key, and a validity that ran out; spans carry no token.
 func TestTelemetryRedlock(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	o := newObserved(t)
@@ -318,6 +320,7 @@ func TestTelemetryRedlock(t *testing.T) {
 // TestTelemetryOptions: the telemetry options take nil for their default,
 // like package lock's; a nil option is an error that names it.
 func TestTelemetryOptions(t *testing.T) {
+	t.Parallel()
 	var clients []goredis.UniversalClient
 	for i := range 3 {
 		c := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)}) // never dialled

@@ -93,6 +93,7 @@ func waitAll(t *testing.T, ctx context.Context, done <-chan bool, n int) {
 // at the end. On one node, through Sentinel, and on a Cluster (where the
 // subscriber must sit on the lock's slot master for PUBLISH to count it).
 func TestReleaseWakesOneWaiter(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		client func(t *testing.T) goredis.UniversalClient
@@ -134,6 +135,7 @@ func testWakeOne(t *testing.T, c goredis.UniversalClient) {
 // woken waiters split the nodes and none is granted, their failed attempts
 // wake nobody, and only a poll moves them on.
 func TestRedlockReleaseWakesEveryWaiter(t *testing.T) {
+	t.Parallel()
 	const waiters = 8
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -165,6 +167,7 @@ func TestRedlockReleaseWakesEveryWaiter(t *testing.T) {
 // expiry: nobody is woken), the first waiter gives up, and the second is
 // granted at once rather than at its next poll (30 s away).
 func TestWaiterLeavesAndWakesNext(t *testing.T) {
+	t.Parallel()
 	ctx, m, h, admin := heldOnNode(t, "wake/leave")
 	registered := func(n int) func() bool {
 		return func() bool { return waitersAre(ctx, admin, "wake/leave", n) }
@@ -204,6 +207,7 @@ func TestWaiterLeavesAndWakesNext(t *testing.T) {
 // A release skips waiters that nobody listens for (a process that died
 // while registered): they are removed, and the next live waiter is woken.
 func TestReleaseSkipsGoneWaiters(t *testing.T) {
+	t.Parallel()
 	ctx, m, h, admin := heldOnNode(t, "wake/gone")
 	for i := range 3 { // three dead waiters ahead of the live one
 		require.NoError(t, admin.ZAdd(ctx, "dlock:{wake/gone}:waiters", goredis.Z{Score: float64(i + 1), Member: fmt.Sprintf("dead%d", i)}).Err())
@@ -248,6 +252,7 @@ func (a *acquireCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHo
 // (the failed round deletes it), or after TryLock returned (its late
 // reply deletes it). The control: a grant's Unlock still publishes.
 func TestRedlockFailedAttemptWakesNobody(t *testing.T) {
+	t.Parallel()
 	for _, late := range []bool{false, true} {
 		t.Run(map[bool]string{false: "answered", true: "late"}[late], func(t *testing.T) { testFailedAttemptQuiet(t, late) })
 	}

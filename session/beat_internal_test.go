@@ -10,6 +10,7 @@ import (
 // at most a quarter of the heartbeat and of the slack before the local
 // deadline.
 func TestBeatOnGrid(t *testing.T) {
+	t.Parallel()
 	for _, opts := range [][]Option{{WithTTL(MinTTL)}, {WithTTL(3 * time.Second), WithHeartbeat(100 * time.Millisecond)}, {WithTTL(DefaultTTL)}, {WithTTL(time.Minute)}} {
 		o, err := build(opts)
 		if err != nil {

@@ -68,6 +68,7 @@ func waitRenewals(t *testing.T, ctx context.Context, s *session.Session, n int) 
 // streams == msgs; here at least 3 messages a stream). After the member is killed and restarted, the session opens a new
 // stream and goes on renewing.
 func TestKeepalivesShareOneStream(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)

@@ -75,6 +75,7 @@ func (s *syncBuffer) records(t *testing.T) []map[string]any {
 // by the server), the next Current starts one fresh session that every
 // concurrent caller shares. The end is logged at WARN, the start at INFO.
 func TestManagerRenews(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -149,6 +150,7 @@ func TestManagerRenews(t *testing.T) {
 // While etcd is unreachable, Current retries until its ctx ends and then
 // says why the last attempt failed; bad options fail at once.
 func TestManagerUnreachable(t *testing.T) {
+	t.Parallel()
 	// A client of a port nobody listens on.
 	cli := etcdtest.NewClient(t, clientv3.Config{Endpoints: []string{etcdtest.FreeAddr(t)}, DialTimeout: time.Second})
 	m, err := session.NewManager(cli)

@@ -18,6 +18,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestBadOptions(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -53,6 +54,7 @@ func TestBadOptions(t *testing.T) {
 }
 
 func TestCloseRevokes(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -77,6 +79,7 @@ func TestCloseRevokes(t *testing.T) {
 }
 
 func TestHeartbeatExtendsDeadline(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -107,6 +110,7 @@ func TestHeartbeatExtendsDeadline(t *testing.T) {
 }
 
 func TestRevokedElsewhere(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)
@@ -128,6 +132,7 @@ func TestRevokedElsewhere(t *testing.T) {
 // the lease (observed by another client as the deletion of a key bound to
 // it).
 func TestLocalDeadlineBeforeServerExpiry(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	ctx := etcdtest.Context(t)
 	pcli, proxy := c.ProxiedClient(t)
@@ -152,6 +157,7 @@ func TestLocalDeadlineBeforeServerExpiry(t *testing.T) {
 }
 
 func TestGrantFailsOnDeadContext(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	ctx, cancel := context.WithCancel(etcdtest.Context(t))
 	cancel()
@@ -187,6 +193,7 @@ func (r *recorder) End(err error) {
 // is ended once, with the session's cause, before Done closes; one
 // attached to an ended session is ended at once.
 func TestAttach(t *testing.T) {
+	t.Parallel()
 	c := etcdtest.New(t)
 	cli := c.Client(t)
 	ctx := etcdtest.Context(t)

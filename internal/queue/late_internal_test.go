@@ -18,6 +18,7 @@ import (
 // moves the epoch, so that the failed enqueue, if it is still applied
 // later, fails its compare; then it removes the leftover.
 func TestDirtyQueueMovesEpochFirst(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	cli := etcdtest.New(t).Client(t)
@@ -66,6 +67,7 @@ func TestDirtyQueueMovesEpochFirst(t *testing.T) {
 // (without the check it would wait until the session ends: the model's
 // control).
 func TestStrayCopyRemovedAtHeartbeat(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	cli := etcdtest.New(t).Client(t)
@@ -114,6 +116,7 @@ func TestStrayCopyRemovedAtHeartbeat(t *testing.T) {
 // The check deletes only keys under names no attempt holds: a held key and
 // a waiting key of the session survive any number of heartbeats.
 func TestStraySweepSparesLiveKeys(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	cli := etcdtest.New(t).Client(t)

@@ -41,6 +41,7 @@ func join(t *testing.T, ctx context.Context, q *Queue, s *session.Session, val s
 // does not pile up tombstones in etcd's index; concurrent entries get
 // distinct names; create revisions (the tokens) still strictly increase.
 func TestKeyNamesReused(t *testing.T) {
+	t.Parallel()
 	ctx, _, s, q := setup(t)
 	a, pred := join(t, ctx, q, s, "a")
 	assert.Nil(t, pred)
@@ -72,6 +73,7 @@ func TestKeyNamesReused(t *testing.T) {
 // applied): nobody waits on it, so the next enqueue removes it, guarded by its
 // create revision, instead of queueing behind it until the lease ends.
 func TestStrayKeyRemoved(t *testing.T) {
+	t.Parallel()
 	ctx, cli, s, q := setup(t)
 	a, _ := join(t, ctx, q, s, "a")
 	deleted, err := q.leave(ctx, a)
@@ -93,6 +95,7 @@ func TestStrayKeyRemoved(t *testing.T) {
 // A key whose cleanup failed does not keep its own session queued behind
 // it: the session's next enqueue removes it first.
 func TestLeftoverSwept(t *testing.T) {
+	t.Parallel()
 	ctx, cli, s, q := setup(t)
 	a, _ := join(t, ctx, q, s, "a")
 	// The cleanup cannot reach etcd: a closed client stands in for a
@@ -117,6 +120,7 @@ func TestLeftoverSwept(t *testing.T) {
 // under packet loss: a late copy deleted a live leader's key, and the next
 // candidate was elected beside it.
 func TestLateAbandonCopyIsVoid(t *testing.T) {
+	t.Parallel()
 	for _, unknown := range []bool{false, true} {
 		t.Run(fmt.Sprintf("unknown=%v", unknown), func(t *testing.T) {
 			ctx, cli, s, q := setup(t)
@@ -143,6 +147,7 @@ func TestLateAbandonCopyIsVoid(t *testing.T) {
 // lock-delay shadow left behind would stand in the way of a later entry
 // under the same name.
 func TestAbandonGoneEntryDeletesSideKeys(t *testing.T) {
+	t.Parallel()
 	ctx, cli, s, _ := setup(t)
 	q := New(cli, "q", "delayed", ExclusiveDelay(time.Second))
 	a, _ := join(t, ctx, q, s, "a")

@@ -20,6 +20,7 @@ import (
 // that its next enqueue must move first) is intact. Kept by lease ID, the
 // first session's end would delete the second's state.
 func TestSameLeaseIDOnTwoClustersKeepsSeparateState(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	const id = 0x7e57_1d

@@ -20,6 +20,7 @@ import (
 // store's, as a lagging member would see it: readPredecessor must make a
 // second request and still answer correctly.
 func TestReadPredecessorLinearizablyBelowTheDeletion(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	c := etcdtest.New(t)
