@@ -269,3 +269,10 @@ func (e *Etcd) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// stallable reports whether m's disk can be stalled (Stall): whether its
+// data is on lossyfs.
+func (m *Member) stallable() bool {
+	_, ok := m.disk.(staller)
+	return ok
+}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -11,40 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-// The etcd fault classes. Targets are chosen by role when the fault
-// begins (the leader, the member a holder is pinned to, a worker in a given
-// step), so a replay of a seed injects the same classes with the same
-// durations in the same order, aimed at whoever has that role then.
-var EtcdClasses = []string{
-	"partition-minority", // a follower cut off from the others
-	"partition-leader",   // the leader cut off; its clients stay pinned to it
-	"partition-holder",   // the member a lock holder talks to cut off
-	"partition-oneway",   // the leader's packets to the others dropped, not theirs to it
-	"partition-bridge",   // two halves of the members cannot talk; the middle member hears both
-	"loss",               // 30% of packets between members dropped
-	"slow",               // the leader's sends squeezed to 256 kbit/s
-	"kill",               // SIGKILL a member (the leader half the time), restart later
-	"crash-lose",         // SIGKILL a member and drop its unsynced writes (power loss)
-	"stale-leader",       // SIGSTOP the leader for longer than the TTL, then SIGCONT
-	"pause-acquire",      // SIGSTOP a worker waiting in Lock, for longer than the TTL
-	"pause-use",          // SIGSTOP a worker while it holds, for longer than the TTL
-	"pause-release",      // SIGSTOP a worker about to Unlock, for longer than the TTL
-	"compact",            // compact the store at its current revision, under load
-	"snapshot",           // a follower cut off while 300 writes pass, so it catches up from a snapshot
-	"clock-slow",         // a worker whose local deadlines run on a clock at half speed
-	"clock-fast",         // a worker whose local deadlines run on a clock at double speed
-	"move-leader",        // leadership transferred (MoveLeader, at the leader) to a follower, under load
-	"disk-stall",         // a member's fsyncs hang for 1 to 3 TTL (the leader half the time; needs Lossy)
-	"member-replace",     // a member (the leader half the time) removed, wiped, added back empty, restarted
-}
 
 // Fault is one injected fault, as the run's schedule.json records it.
 type Fault struct {
@@ -61,9 +31,26 @@ type Fault struct {
 
 // nemesis injects faults into a harness, from a seeded PRNG.
 type nemesis struct {
-	h   *Harness
-	rng *rand.Rand
-	log func(format string, args ...any)
+	h       *Harness
+	rh      *RedisHarness // a Redis run's (nil in an etcd run)
+	rng     *rand.Rand
+	log     func(format string, args ...any)
+	classes []faultClass   // the classes it knows
+	kind    string         // "" or "Redis ": how an unknown class is called
+	turns   map[string]int // faults of each class so far
+}
+
+// newNemesis returns a nemesis for h's etcd classes (etcdFaults and
+// guardFaults).
+func newNemesis(h *Harness, rng *rand.Rand, logf func(string, ...any)) *nemesis {
+	return &nemesis{h: h, rng: rng, log: logf, classes: slices.Concat(etcdFaults, guardFaults), turns: map[string]int{}}
+}
+
+// newRedisNemesis returns a nemesis for rh's Redis classes
+// (redisFaults). It draws from the PRNG as the etcd one does (one pick
+// and one duration per fault), so that a seed replays the same schedule.
+func newRedisNemesis(rh *RedisHarness, rng *rand.Rand, logf func(string, ...any)) *nemesis {
+	return &nemesis{h: rh.Harness, rh: rh, rng: rng, log: logf, classes: redisFaults, kind: "Redis ", turns: map[string]int{}}
 }
 
 // duration draws a fault's length: between lo and hi multiples of the TTL.
@@ -72,32 +59,51 @@ func (n *nemesis) duration(lo, hi float64) time.Duration {
 	return time.Duration(ttl*lo + n.rng.Float64()*ttl*(hi-lo))
 }
 
+// pastTTL draws the length of a fault that must outlast the TTL: the TTL
+// and a second, and up to a TTL more.
+func (n *nemesis) pastTTL() time.Duration {
+	return n.h.Cfg.TTL + time.Second + n.duration(0, 1)
+}
+
+// class returns the class called name; nil if n knows none.
+func (n *nemesis) class(name string) faultClass {
+	for _, c := range n.classes {
+		if c.Name() == name {
+			return c
+		}
+	}
+	return nil
+}
+
 // inject runs fault f of class: it begins the fault, waits its length
 // (drawn from the PRNG) and heals it. The PRNG is drawn the same number of
-// times whatever happens, so a seed's schedule does not depend on timing.
+// times whatever happens (a pick, then the class's Duration), so a seed's
+// schedule does not depend on timing.
 func (n *nemesis) inject(ctx context.Context, f *Fault) {
-	h := n.h
 	pick := n.rng.IntN(1 << 20)
+	c := n.class(f.Class)
 	var d time.Duration
-	switch f.Class {
-	case "kill", "crash-lose", "member-replace":
-		d = n.duration(0.5, 2)
-	case "stale-leader":
-		d = h.Cfg.TTL + time.Second + n.duration(0, 1)
-	case "pause-acquire", "pause-use", "pause-release":
-		d = h.Cfg.TTL + time.Second + n.duration(0, 1)
-	case "compact", "move-leader":
-		d = 0
-	case "resource-kill":
-		d = n.duration(0.5, 1)
-	case "resource-stall":
-		d = h.Cfg.TTL + time.Second + n.duration(0, 1)
-	case "resource-cut":
-		d = n.duration(1, 2)
-	default:
+	if c != nil {
+		d = c.Duration(n)
+	} else {
 		d = n.duration(1, 3)
 	}
-	n.hold(ctx, f, d, func() (func() error, error) { return n.begin(ctx, f, pick) })
+	turn := n.turns[f.Class]
+	n.turns[f.Class]++
+	n.hold(ctx, f, d, func() (func() error, error) { return n.begin(ctx, c, f, pick, turn) })
+}
+
+// begin begins fault f of class c, unless c is unknown or not available,
+// and returns how to heal it.
+func (n *nemesis) begin(ctx context.Context, c faultClass, f *Fault, pick, turn int) (func() error, error) {
+	if c == nil {
+		return nil, fmt.Errorf("unknown %sfault class %q", n.kind, f.Class)
+	}
+	if ok, reason := c.Available(n.h); !ok {
+		f.Note = "skipped: " + reason
+		return nil, nil
+	}
+	return c.Inject(ctx, &injection{nemesis: n, f: f, pick: pick, turn: turn})
 }
 
 // hold begins fault f, keeps it for d and heals it, recording when and
@@ -124,231 +130,6 @@ func errSuffix(s string) string {
 		return ""
 	}
 	return ": " + s
-}
-
-// begin starts the fault and returns how to heal it.
-func (n *nemesis) begin(ctx context.Context, f *Fault, pick int) (func() error, error) {
-	h := n.h
-	ms := h.Etcd.Members
-	nt := h.Net
-	cut := func(m *Member) error {
-		var errs []error
-		for _, o := range ms {
-			if o != m {
-				errs = append(errs, nt.Drop(m.Host, o.Host))
-			}
-		}
-		return errors.Join(errs...)
-	}
-	leader := func() *Member {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		l, err := h.Etcd.Leader(lctx)
-		if err != nil {
-			return ms[pick%len(ms)]
-		}
-		return l
-	}
-	follower := func(l *Member) *Member {
-		var fs []*Member
-		for _, m := range ms {
-			if m != l {
-				fs = append(fs, m)
-			}
-		}
-		return fs[pick%len(fs)]
-	}
-	switch f.Class {
-	case "partition-minority":
-		m := follower(leader())
-		f.Targets = []string{m.Name}
-		return nt.Heal, cut(m)
-	case "partition-leader":
-		m := leader()
-		f.Targets = []string{m.Name}
-		return nt.Heal, cut(m)
-	case "partition-holder":
-		w := n.awaitPhase(ctx, "inside", pick, h.Cfg.TTL, nil)
-		m := leader()
-		if w != nil {
-			m = w.Member
-			f.Note = fmt.Sprintf("holder w%d (%s)", w.ID, w.Workload)
-		}
-		f.Targets = []string{m.Name}
-		return nt.Heal, cut(m)
-	case "partition-oneway":
-		m := leader()
-		f.Targets = []string{m.Name}
-		var errs []error
-		for _, o := range ms {
-			if o != m {
-				errs = append(errs, nt.DropOneWay(m.Host, o.Host))
-			}
-		}
-		return nt.Heal, errors.Join(errs...)
-	case "partition-bridge":
-		// The members but the middle one in two halves that cannot talk:
-		// each half and the bridge make a quorum (m0 | m1 | m2 with 3;
-		// m0,m1 | m2 | m3,m4 with 5).
-		b := len(ms) / 2
-		var errs []error
-		for i := range b {
-			for j := b + 1; j < len(ms); j++ {
-				f.Targets = append(f.Targets, ms[i].Name+"/"+ms[j].Name)
-				errs = append(errs, nt.Drop(ms[i].Host, ms[j].Host))
-			}
-		}
-		f.Note = "bridge " + ms[b].Name
-		return nt.Heal, errors.Join(errs...)
-	case "loss":
-		var errs []error
-		for i := range ms {
-			for j := i + 1; j < len(ms); j++ {
-				errs = append(errs, nt.Lose(ms[i].Host, ms[j].Host, 0.3))
-			}
-		}
-		return nt.Heal, errors.Join(errs...)
-	case "slow":
-		m := leader()
-		f.Targets = []string{m.Name}
-		return nt.Heal, nt.Slow(m.Host, "256kbit")
-	case "kill", "crash-lose":
-		m := follower(leader())
-		if pick%2 == 0 {
-			m = leader()
-		}
-		f.Targets = []string{m.Name}
-		if f.Class == "kill" {
-			m.Kill()
-		} else {
-			f.Note = fmt.Sprintf("%d bytes unsynced lost", m.KillLose(2*time.Second))
-		}
-		return m.Start, nil
-	case "stale-leader":
-		m := leader()
-		f.Targets = []string{m.Name}
-		return m.Resume, m.Pause()
-	case "pause-acquire", "pause-use", "pause-release":
-		// A holder is paused inside its critical section, where it will not
-		// look at Done again before it writes.
-		// pause-use picks an exclusive holder (a Mutex's, a leader's):
-		// its successor is granted while it is paused inside, which is
-		// the double grant the unfenced control must see.
-		phase := map[string]string{"pause-acquire": "acquire", "pause-use": "inside", "pause-release": "release"}[f.Class]
-		only := func(w *Worker) bool { return phase != "inside" || w.Workload == "mutex" || w.Workload == "election" }
-		w := n.awaitPhase(ctx, phase, pick, 2*h.Cfg.TTL, only)
-		if w == nil {
-			w = n.awaitPhase(ctx, phase, pick, 2*h.Cfg.TTL, nil)
-		}
-		if w == nil {
-			f.Note = "skipped: no worker reached that step"
-			return nil, nil
-		}
-		f.Targets = []string{fmt.Sprintf("w%d", w.ID)}
-		f.Workers = []int{w.ID}
-		f.Note = w.Workload
-		if err := w.Proc.Signal(syscall.SIGSTOP); err != nil {
-			return nil, err
-		}
-		f.Stopped = time.Now().UnixNano()
-		return func() error { return w.Proc.Signal(syscall.SIGCONT) }, nil
-	case "compact":
-		return nil, n.compact(ctx, f)
-	case "resource-kill", "resource-stall", "resource-cut":
-		return n.resourceFault(ctx, f, pick) // nemesis_guard.go
-	case "snapshot":
-		m := follower(leader())
-		f.Targets = []string{m.Name}
-		before := snapshotsReceived(m)
-		if err := cut(m); err != nil {
-			return nt.Heal, err
-		}
-		if err := n.churn(ctx, 300, m); err != nil {
-			return nt.Heal, err
-		}
-		return func() error {
-			if err := nt.Heal(); err != nil {
-				return err
-			}
-			// A minute: in a 5-member campaign run on a loaded machine the
-			// leader sent the snapshot 27 s after the heal.
-			caught, err := n.caughtUp(ctx, m, time.Minute)
-			f.Note = fmt.Sprintf("%s; snapshots received %v → %v", caught, before, snapshotsReceived(m))
-			return err
-		}, nil
-	case "move-leader":
-		l := leader()
-		t := follower(l)
-		f.Targets = []string{l.Name, t.Name}
-		return nil, n.moveLeader(ctx, f, l, t)
-	case "disk-stall":
-		l := leader()
-		m := follower(l)
-		if pick%2 == 0 {
-			m = l
-		}
-		unstall, ok := m.Stall()
-		if !ok {
-			f.Note = "skipped: the members' disks are not lossy"
-			return nil, nil
-		}
-		f.Targets = []string{m.Name}
-		role := "follower"
-		if m == l {
-			role = "leader"
-		}
-		return func() error {
-			during := n.leaders(ctx)
-			held := unstall()
-			f.Note = fmt.Sprintf("%s %s stalled, %d syncs held; before unstall %s", role, m.Name, held, during)
-			lead, err := n.newLeader(ctx, nil, 10*time.Second)
-			if err != nil {
-				return err
-			}
-			caught, err := n.caughtUp(ctx, m, time.Minute)
-			f.Note += fmt.Sprintf("; after: %s; %s %s", lead, m.Name, caught)
-			return err
-		}, nil
-	case "member-replace":
-		l := leader()
-		m := follower(l)
-		if pick%2 == 0 {
-			m = l
-		}
-		f.Targets = []string{m.Name}
-		return n.replace(ctx, f, m, m == l)
-	case "clock-slow", "clock-fast":
-		rate := 0.5
-		if f.Class == "clock-fast" {
-			rate = 2
-		}
-		ws := h.Workers()
-		old := ws[pick%len(ws)]
-		w, err := n.restart(old, rate)
-		if err != nil {
-			return nil, err
-		}
-		f.Targets = []string{fmt.Sprintf("w%d", w.ID)}
-		f.Workers = []int{old.ID, w.ID}
-		f.Note = fmt.Sprintf("%s at rate %v", w.Workload, rate)
-		return func() error {
-			nw, err := n.restart(w, 0)
-			if nw != nil {
-				f.Workers = append(f.Workers, nw.ID)
-			}
-			return err
-		}, nil
-	}
-	return nil, fmt.Errorf("unknown fault class %q", f.Class)
-}
-
-// restart replaces worker w with a new process in its slot at clock rate
-// rate (the old one releases what it holds and exits first).
-func (n *nemesis) restart(w *Worker, rate float64) (*Worker, error) {
-	if err := w.Proc.Stop(2*n.h.Cfg.TTL + 5*time.Second); err != nil {
-		n.log("restart w%d: %v", w.ID, err)
-	}
-	return n.h.StartWorker(w.Workload, w.Slot, rate)
 }
 
 // awaitPhase returns a live worker (one that only accepts, if only is not
@@ -387,6 +168,57 @@ func awaitWorker(ctx context.Context, ws []*Worker, pick int, wait time.Duration
 	}
 }
 
+// stillHolds waits d and reports whether w held its grant g throughout.
+func stillHolds(ctx context.Context, w *Worker, g int, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		ch := w.changed()
+		if p, now := w.Phase(); !holding(p) || now != g {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-w.Proc.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-ch:
+		}
+	}
+}
+
+// grantsNow returns, per worker ID, the number of its last grant made:
+// the grant it holds or has just released, or, while it acquires, the one
+// before (the pending one is not made yet).
+func grantsNow(ws []*Worker) map[int]int {
+	out := make(map[int]int, len(ws))
+	for _, w := range ws {
+		p, g := w.Phase()
+		if p == "acquire" {
+			g--
+		}
+		out[w.ID] = g
+	}
+	return out
+}
+
+// awaitRedisWorker returns a live worker of workload wl in phase (a holder:
+// "use" means "use" or "inside"), with a grant numbered above since[its
+// ID], within wait, starting the search at its pick-th worker; nil if
+// none does. A nil since accepts any grant.
+func (n *nemesis) awaitRedisWorker(ctx context.Context, wl, phase string, since map[int]int, pick int, wait time.Duration) *Worker {
+	ws := slices.DeleteFunc(n.h.Workers(), func(w *Worker) bool { return w.Workload != wl })
+	return awaitWorker(ctx, ws, pick, wait, func(w *Worker, p string, g int) bool {
+		return (p == phase || phase == "use" && holding(p)) && g > since[w.ID]
+	})
+}
+
+// holding tells whether a worker in phase holds its grant: it uses it
+// ("use"), or is inside its critical section ("inside").
+func holding(phase string) bool { return phase == "use" || phase == "inside" }
+
 // waitAny waits for one of chs to close; false if ctx or deadline ends
 // first.
 func waitAny(ctx context.Context, deadline <-chan time.Time, chs []<-chan struct{}) bool {
@@ -412,50 +244,6 @@ func waitAny(ctx context.Context, deadline <-chan time.Time, chs []<-chan struct
 	case <-ctx.Done():
 	}
 	return false
-}
-
-// compact compacts the store at its current revision.
-func (n *nemesis) compact(ctx context.Context, f *Fault) error {
-	cli, err := n.h.Etcd.Client()
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := cli.Get(cctx, "nemesis/compact")
-	if err != nil {
-		return err
-	}
-	f.Note = fmt.Sprintf("at revision %d", resp.Header.Revision)
-	_, err = cli.Compact(cctx, resp.Header.Revision, clientv3.WithCompactPhysical())
-	return err
-}
-
-// churn makes count writes under nemesis/ (each key deleted again),
-// through the members other than cut, so that cut falls further behind than the leader's
-// log keeps (--snapshot-count=200, 50 entries kept for catch-up).
-func (n *nemesis) churn(ctx context.Context, count int, cut *Member) error {
-	cli, err := n.h.Etcd.Client(cut)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	for i := range count {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		key := fmt.Sprintf("nemesis/churn/%d", i/2%10) // put, then delete
-		var err error
-		if i%2 == 0 {
-			_, err = cli.Put(cctx, key, "x")
-		} else {
-			_, err = cli.Delete(cctx, key)
-		}
-		cancel()
-		if err != nil {
-			return fmt.Errorf("churn %d: %w", i, err)
-		}
-	}
-	return nil
 }
 
 // caughtUp waits (up to limit) until m's applied revision reaches the
@@ -597,150 +385,6 @@ func (n *nemesis) newLeader(ctx context.Context, want *Member, limit time.Durati
 			return "", fmt.Errorf("%s does not lead after %v: %s does", want.Name, limit, l.Name)
 		case <-time.After(50 * time.Millisecond):
 		}
-	}
-}
-
-// moveLeader asks leader l (at its own endpoint) to hand leadership to
-// t, and waits until t leads.
-func (n *nemesis) moveLeader(ctx context.Context, f *Fault, l, t *Member) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{l.Endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	st, err := cli.Status(mctx, t.Endpoint())
-	if err != nil {
-		return fmt.Errorf("status of %s: %w", t.Name, err)
-	}
-	start := time.Now()
-	if _, err := cli.MoveLeader(mctx, st.Header.MemberId); err != nil {
-		return fmt.Errorf("move leader %s → %s: %w", l.Name, t.Name, err)
-	}
-	moved := time.Since(start)
-	lead, err := n.newLeader(ctx, t, 10*time.Second)
-	f.Note = fmt.Sprintf("%s → %s (term %d before): MoveLeader returned in %v; %s", l.Name, t.Name, st.RaftTerm, moved.Round(time.Millisecond), lead)
-	return err
-}
-
-// replace removes member m from the cluster (MemberRemove), kills it,
-// wipes its data and adds it back as a new member (MemberAdd, same peer
-// URL); the returned heal starts it (--initial-cluster-state=existing)
-// and waits up to 30 s until it has caught up.
-func (n *nemesis) replace(ctx context.Context, f *Fault, m *Member, wasLeader bool) (func() error, error) {
-	cli, err := n.h.Etcd.Client(m)
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	role := "follower"
-	if wasLeader {
-		role = "leader"
-	}
-	listed, err := n.ids(ctx, cli)
-	if err != nil {
-		return nil, fmt.Errorf("member list: %w", err)
-	}
-	var ids []uint64 // more than one if an earlier add of m never started
-	for mid, mm := range listed {
-		if mm == m {
-			ids = append(ids, mid)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, fmt.Errorf("%s not in the member list", m.Name)
-	}
-	slices.Sort(ids)
-	id := ids[0]
-	start := time.Now()
-	for _, mid := range ids {
-		if err := removeMember(ctx, cli, mid); err != nil {
-			return nil, fmt.Errorf("remove %s (%x): %w", m.Name, mid, err)
-		}
-	}
-	removed := time.Since(start)
-	if err := m.Wipe(); err != nil {
-		return nil, err
-	}
-	lead, err := n.newLeader(ctx, nil, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	newID, err := addMember(ctx, cli, m.PeerURL())
-	if err != nil {
-		return nil, fmt.Errorf("add %s back: %w", m.Name, err)
-	}
-	f.Note = fmt.Sprintf("%s %s (%x) removed in %v, wiped; %s; added back as %x", role, m.Name, id, removed.Round(time.Millisecond), lead, newID)
-	return func() error {
-		if err := m.Start(); err != nil {
-			return err
-		}
-		caught, err := n.caughtUp(ctx, m, 30*time.Second)
-		f.Note += "; restarted empty, " + caught
-		return err
-	}, nil
-}
-
-// removeMember removes member id, retrying for up to 15 s until a member
-// list no longer shows it: a removal can be applied and its reply lost
-// (the leader changed), and a list that fails says nothing (the campaign
-// once took a failed list for "removed", wiped a member still in the
-// cluster, and could not add it back: "Peer URLs already exists").
-func removeMember(ctx context.Context, cli clientv3.Cluster, id uint64) error {
-	return retryUntil(ctx, 15*time.Second, func(rctx context.Context) error {
-		resp, err := cli.MemberList(rctx)
-		if err != nil {
-			return err
-		}
-		if !slices.ContainsFunc(resp.Members, func(mm *etcdserverpb.Member) bool { return mm.ID == id }) {
-			return nil
-		}
-		_, err = cli.MemberRemove(rctx, id)
-		return err
-	})
-}
-
-// addMember adds a member with peerURL and returns its ID, retrying for
-// up to 15 s: an add whose reply was lost shows in the member list (the
-// URL listed, the member not started: no name), and is taken as done.
-func addMember(ctx context.Context, cli clientv3.Cluster, peerURL string) (uint64, error) {
-	var id uint64
-	err := retryUntil(ctx, 15*time.Second, func(rctx context.Context) error {
-		resp, err := cli.MemberList(rctx)
-		if err != nil {
-			return err
-		}
-		for _, mm := range resp.Members {
-			if slices.Contains(mm.PeerURLs, peerURL) {
-				if mm.Name != "" {
-					return fmt.Errorf("%s is still a started member (%x)", peerURL, mm.ID)
-				}
-				id = mm.ID
-				return nil
-			}
-		}
-		added, err := cli.MemberAdd(rctx, []string{peerURL})
-		if err == nil {
-			id = added.Member.ID
-		}
-		return err
-	})
-	return id, err
-}
-
-// retryUntil calls op (each call bounded by 5 s) until it succeeds or
-// limit has passed, 200 ms apart; it returns op's last error.
-func retryUntil(ctx context.Context, limit time.Duration, op func(context.Context) error) error {
-	end := time.Now().Add(limit)
-	for {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := op(octx)
-		cancel()
-		if err == nil || time.Now().After(end) || ctx.Err() != nil {
-			return err
-		}
-		sleep(ctx, 200*time.Millisecond) // etcd has no event for "ready to reconfigure": retry
 	}
 }
 

@@ -39,14 +39,6 @@ type GuardServer interface {
 	collect(ctx context.Context) error // write audit.jsonl and control.json into the run's directory
 }
 
-// GuardClasses are the resource-side fault classes, for runs with a
-// Guard. Targets are chosen by role as the etcd classes' are.
-var GuardClasses = []string{
-	"resource-kill",  // SIGKILL the guard's server (every process of it) while a holder is inside; restart it from its data directory (WAL recovery)
-	"resource-stall", // SIGSTOP the guard's server while a holder is inside, for longer than the TTL, then SIGCONT
-	"resource-cut",   // cut the namespace of a holder that is writing the fenced register off from the resource's, mid-write
-}
-
 // pgPort is the PostgreSQL server's port on the resource's host.
 const pgPort = 5432
 

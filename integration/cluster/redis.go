@@ -1,7 +1,7 @@
 package cluster
 
 // Redis runs: the library's Redis backends in the same harness as etcd's,
-// under faults of their own (nemesis_redis.go), judged by the same
+// under faults of their own (fault_redis_*.go), judged by the same
 // checkers. What fails a Redis run differs: double grants, Done after a
 // successor's grant, token regressions and a fenced register that is not
 // linearizable are what the run measures (the backends promise no
@@ -494,7 +494,7 @@ func RunRedis(ctx context.Context, cfg Config, logf func(string, ...any)) (*Repo
 	defer rh.Close()
 	h := rh.Harness
 	rng := newRNG(cfg.Seed)
-	nem := &redisNemesis{nemesis: &nemesis{h: h, rng: rng, log: logf}, rh: rh, turns: map[string]int{}}
+	nem := newRedisNemesis(rh, rng, logf)
 	rep, err := runner{
 		h: h, rng: rng, logf: logf, inject: nem.inject,
 		leftovers: rh.Leftovers, store: "a node", close: rh.Close,

@@ -59,7 +59,7 @@ func Run(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, e
 	}
 	defer h.Close()
 	rng := newRNG(cfg.Seed)
-	nem := &nemesis{h: h, rng: rng, log: logf}
+	nem := newNemesis(h, rng, logf)
 	r := runner{
 		h: h, rng: rng, logf: logf, inject: nem.inject,
 		leftovers: h.Leftovers, store: "etcd", close: h.Close, check: (*Report).check,
