@@ -174,6 +174,11 @@ func TestCheckDoneAfterSuccessor(t *testing.T) {
 		assert.Equal(t, [][2]string{{"w1/election#1", "w2/election#1"}}, keys(got))
 		assert.Equal(t, 500*time.Millisecond, got[0].Overlap)
 	})
+}
+
+// TestCheckDoneAfterSuccessorShared: each workload's capacity (one
+// holder, N permits, readers sharing).
+func TestCheckDoneAfterSuccessorShared(t *testing.T) {
 	t.Run("ExclusiveWorkloads", func(t *testing.T) {
 		for _, wl := range []string{"mutex", "election", "redis", "redlock"} {
 			spans := []Span{span(1, wl, 1, 0, "x", 0, 100), span(2, wl, 1, 0, "x", 50, 150)}
@@ -347,31 +352,42 @@ func randomSpans(rng *rand.Rand, wl string, n int) []Span {
 	return spans
 }
 
-func TestLinearizable(t *testing.T) {
-	const wl = "mutex"
-	op := func(w, g int, tok uint64, read bool, v int64, res string, call, ret int64) history.Event {
-		e := history.Event{
-			W: w, Workload: wl, G: g, Kind: history.Op, Reg: history.Fenced, Tok: tok,
-			Read: read, Value: v, Result: res, Call: at(call),
-		}
-		if ret != 0 {
-			e.Ret = at(ret)
-		}
-		return e
-	}
-	read := func(w int, tok uint64, v int64, res string, call, ret int64) history.Event {
-		return op(w, 1, tok, true, v, res, call, ret)
-	}
-	write := func(w int, tok uint64, v int64, res string, call, ret int64) history.Event {
-		return op(w, 1, tok, false, v, res, call, ret)
-	}
-	check := func(t *testing.T, events ...history.Event) (bool, string) {
-		t.Helper()
-		ok, n, info := Linearizable(wl, events)
-		assert.Equal(t, len(fencedOps(wl, events)), n)
-		return ok, info
-	}
+// linWL is the workload of TestLinearizable's histories.
+const linWL = "mutex"
 
+// linOp is an op of linWL's fenced register: w's grant g at tok, called
+// at call and returned at ret (0: no reply).
+func linOp(w, g int, tok uint64, read bool, v int64, res string, call, ret int64) history.Event {
+	e := history.Event{
+		W: w, Workload: linWL, G: g, Kind: history.Op, Reg: history.Fenced, Tok: tok,
+		Read: read, Value: v, Result: res, Call: at(call),
+	}
+	if ret != 0 {
+		e.Ret = at(ret)
+	}
+	return e
+}
+
+func linRead(w int, tok uint64, v int64, res string, call, ret int64) history.Event {
+	return linOp(w, 1, tok, true, v, res, call, ret)
+}
+
+func linWrite(w int, tok uint64, v int64, res string, call, ret int64) history.Event {
+	return linOp(w, 1, tok, false, v, res, call, ret)
+}
+
+// checkLin checks events' linearizability, and that every fenced op
+// counted.
+func checkLin(t *testing.T, events ...history.Event) (bool, string) {
+	t.Helper()
+	ok, n, info := Linearizable(linWL, events)
+	assert.Equal(t, len(fencedOps(linWL, events)), n)
+	return ok, info
+}
+
+func TestLinearizable(t *testing.T) {
+	const wl = linWL
+	read, write, check := linRead, linWrite, checkLin
 	t.Run("CorrectConcurrent", func(t *testing.T) {
 		ok, info := check(t,
 			read(1, 2, 0, "ok", 0, 2),
@@ -428,6 +444,13 @@ func TestLinearizable(t *testing.T) {
 		ok, _ = check(t, write(1, 2, 1, "ok", 0, 2), raise(read(2, 5, 1, "ok", 3, 4)), write(1, 2, 2, "ok", 5, 6))
 		assert.False(t, ok)
 	})
+}
+
+// TestLinearizableViolations: histories no register explains, and the
+// documented limit (one token, two holders).
+func TestLinearizableViolations(t *testing.T) {
+	const wl = linWL
+	read, write, check := linRead, linWrite, checkLin
 	t.Run("StaleWriteAdmitted", func(t *testing.T) {
 		ok, info := check(t,
 			write(2, 5, 1, "ok", 0, 2),
@@ -466,6 +489,13 @@ func TestLinearizable(t *testing.T) {
 		)
 		assert.True(t, ok, info)
 	})
+}
+
+// TestLinearizablePending: ops without a reply may or may not have
+// applied; the search is bounded.
+func TestLinearizablePending(t *testing.T) {
+	const wl = linWL
+	read, write, check := linRead, linWrite, checkLin
 	t.Run("PendingWriteApplied", func(t *testing.T) {
 		ok, info := check(t,
 			write(1, 2, 1, "ok", 0, 1),

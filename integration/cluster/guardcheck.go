@@ -38,29 +38,53 @@ type Control struct {
 // durable); one whose reply never came (a cut, a stall, a kill) may be
 // either, and the checker says which.
 func (rep *Report) checkGuard(cfg Config, events []history.Event, audit, records []history.Record) {
-	type key struct {
-		lock  string
-		tok   uint64
-		value int64
+	t := tallyGuard(events, audit)
+	rep.judgeGuardWrites(cfg, t, len(audit))
+	if cfg.Guard == "http" || cfg.Guard == "grpc" {
+		rep.memoryControls(cfg, events, records)
+		return
 	}
-	type count struct{ ok, unknown, stale, audit int }
-	writes := map[key]*count{}
-	at := func(k key) *count {
-		c := writes[k]
+	rep.counterControls(cfg, t)
+}
+
+// guardWrite is one fenced write's value, as the workers sent it and the
+// audit recorded it.
+type guardWrite struct {
+	lock  string
+	tok   uint64
+	value int64
+}
+
+// guardCount counts a fenced write's replies by kind, and its commits.
+type guardCount struct{ ok, unknown, stale, audit int }
+
+// guardTally is what the workers' ops and the guard's audit say: each
+// fenced write's counts, and per workload the control's increments
+// acknowledged and without reply.
+type guardTally struct {
+	writes         map[guardWrite]*guardCount
+	acked, unknown map[string]int
+}
+
+// tallyGuard counts the workers' writes (fenced and control) by reply,
+// and the audit's commits.
+func tallyGuard(events []history.Event, audit []history.Record) guardTally {
+	t := guardTally{writes: map[guardWrite]*guardCount{}, acked: map[string]int{}, unknown: map[string]int{}}
+	at := func(k guardWrite) *guardCount {
+		c := t.writes[k]
 		if c == nil {
-			c = &count{}
-			writes[k] = c
+			c = &guardCount{}
+			t.writes[k] = c
 		}
 		return c
 	}
-	acked, unknown := map[string]int{}, map[string]int{}
 	for _, e := range events {
 		if e.Kind != history.Op || e.Read {
 			continue
 		}
 		switch e.Reg {
 		case history.Fenced:
-			c := at(key{"dlock-" + e.Workload, e.Tok, e.Value})
+			c := at(guardWrite{"dlock-" + e.Workload, e.Tok, e.Value})
 			switch {
 			case e.Result == "ok":
 				c.ok++
@@ -72,19 +96,26 @@ func (rep *Report) checkGuard(cfg Config, events []history.Event, audit, records
 		case history.Control:
 			switch e.Result {
 			case "ok":
-				acked[e.Workload]++
+				t.acked[e.Workload]++
 			case history.Unsent:
 			default:
-				unknown[e.Workload]++
+				t.unknown[e.Workload]++
 			}
 		}
 	}
 	for _, r := range audit {
-		at(key{r.Lock, r.Tok, r.Value}).audit++
+		at(guardWrite{r.Lock, r.Tok, r.Value}).audit++
 	}
+	return t
+}
+
+// judgeGuardWrites fails the run on a refused write committed, a
+// committed write nobody sent and an acknowledged write lost, and notes
+// the counts (committed: the audit's rows).
+func (rep *Report) judgeGuardWrites(cfg Config, t guardTally, committed int) {
 	var refused, missing, nobody []string
 	unknownWrites, unknownCommitted, refusedWrites := 0, 0, 0
-	for k, c := range writes {
+	for k, c := range t.writes {
 		what := fmt.Sprintf("%s tok %d value %d", k.lock, k.tok, k.value)
 		switch {
 		case c.audit > c.ok+c.unknown && c.stale > 0:
@@ -104,36 +135,42 @@ func (rep *Report) checkGuard(cfg Config, events []history.Event, audit, records
 	rep.Failures = append(rep.Failures, listed("guard: a write the guard refused was committed", refused)...)
 	rep.Failures = append(rep.Failures, listed("guard: a committed write no worker sent", nobody)...)
 	rep.Failures = append(rep.Failures, listed("guard: an acknowledged write is not in the resource (lost)", missing)...)
-	rep.Notes = append(rep.Notes, fmt.Sprintf("guard %s: %d fenced writes committed, %d refused or unsent; %d had no reply, of which %d committed", cfg.Guard, len(audit), refusedWrites, unknownWrites, unknownCommitted))
+	rep.Notes = append(rep.Notes, fmt.Sprintf("guard %s: %d fenced writes committed, %d refused or unsent; %d had no reply, of which %d committed", cfg.Guard, committed, refusedWrites, unknownWrites, unknownCommitted))
+}
 
-	if cfg.Guard == "http" || cfg.Guard == "grpc" {
-		// The control is the resource's unfenced register: its lost
-		// updates are the resource's records of them.
-		for _, wl := range cfg.Workloads {
-			if !fencedWorkload(wl) {
-				continue
-			}
-			c := Control{Workload: wl, Final: -1}
-			for _, e := range events {
-				if e.Kind == history.Op && e.Reg == history.Unfenced && !e.Read && e.Workload == wl {
-					if e.Result == "ok" {
-						c.Acked++
-					} else {
-						c.Unknown++
-					}
-				}
-			}
-			for _, r := range records {
-				if r.Kind == history.LostUpdate && r.Lock == "dlock-"+wl {
-					c.Lost++
-				}
-			}
-			rep.Controls = append(rep.Controls, c)
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: the control (the resource's unfenced register): %d writes acknowledged, %d without reply: %d lost updates recorded",
-				wl, c.Acked, c.Unknown, c.Lost))
+// memoryControls reads the controls of a guard whose control is the
+// resource's unfenced register ("http", "grpc"): their lost updates are
+// the resource's records of them.
+func (rep *Report) memoryControls(cfg Config, events []history.Event, records []history.Record) {
+	for _, wl := range cfg.Workloads {
+		if !fencedWorkload(wl) {
+			continue
 		}
-		return
+		c := Control{Workload: wl, Final: -1}
+		for _, e := range events {
+			if e.Kind == history.Op && e.Reg == history.Unfenced && !e.Read && e.Workload == wl {
+				if e.Result == "ok" {
+					c.Acked++
+				} else {
+					c.Unknown++
+				}
+			}
+		}
+		for _, r := range records {
+			if r.Kind == history.LostUpdate && r.Lock == "dlock-"+wl {
+				c.Lost++
+			}
+		}
+		rep.Controls = append(rep.Controls, c)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: the control (the resource's unfenced register): %d writes acknowledged, %d without reply: %d lost updates recorded",
+			wl, c.Acked, c.Unknown, c.Lost))
 	}
+}
+
+// counterControls reads the controls of a guard whose control is a
+// counter on the resource (control.json): an acknowledged increment the
+// final count lacks was lost.
+func (rep *Report) counterControls(cfg Config, t guardTally) {
 	finals := map[string]int64{}
 	b, err := os.ReadFile(filepath.Join(rep.Dir, "control.json"))
 	if err == nil {
@@ -147,7 +184,7 @@ func (rep *Report) checkGuard(cfg Config, events []history.Event, audit, records
 		if !fencedWorkload(wl) {
 			continue
 		}
-		c := Control{Workload: wl, Acked: acked[wl], Unknown: unknown[wl], Final: finals["dlock-"+wl]}
+		c := Control{Workload: wl, Acked: t.acked[wl], Unknown: t.unknown[wl], Final: finals["dlock-"+wl]}
 		c.Lost = max(0, c.Acked-int(c.Final))
 		rep.Controls = append(rep.Controls, c)
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: the control on %s (no guard): %d increments acknowledged, %d without reply, counter at %d: %d lost updates",

@@ -44,11 +44,21 @@ func TestNet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := serveHTTP(t, a)
+	defer srv.Kill()
+	checkDrops(t, nt, a, b)
+	checkNetClose(t, nt, a, srv)
+	closed = true
+}
+
+// serveHTTP starts an HTTP server on host a (port 8000) and waits until
+// the test process reaches it.
+func serveHTTP(t *testing.T, a *Host) *Proc {
+	t.Helper()
 	srv, err := StartProc(a, "http", t.TempDir()+"/http.log", nil, nil, "python3", "-m", "http.server", "--bind", a.IP, "8000")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Kill()
 	url := "http://" + a.IP + ":8000/"
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -62,6 +72,13 @@ func TestNet(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // polling a server's start: nothing to watch
 	}
+	return srv
+}
+
+// checkDrops checks that b reaches a's server, and that Drop and
+// DropOneWay(b, a) cut it off until Heal.
+func checkDrops(t *testing.T, nt *Net, a, b *Host) {
+	t.Helper()
 	if !dial(t, b, a.IP+":8000") {
 		t.Fatal("b cannot reach a before any fault")
 	}
@@ -86,6 +103,13 @@ func TestNet(t *testing.T) {
 	if err := nt.Heal(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkNetClose deletes nt's admin link and checks that the subnet is
+// no longer routed, then closes nt (srv, on it, killed first) and checks
+// that it leaves no route and no namespace.
+func checkNetClose(t *testing.T, nt *Net, a *Host, srv *Proc) {
+	t.Helper()
 	// Without the admin link, traffic to the subnet must stop here, not
 	// leave by the default route.
 	if err := run([]string{"link", "del", nt.admin}); err != nil {
@@ -98,7 +122,6 @@ func TestNet(t *testing.T) {
 	if err := nt.Close(); err != nil {
 		t.Fatal(err)
 	}
-	closed = true
 	if out, _ := exec.Command("ip", "route", "show", nt.subnet+"0/24").Output(); len(out) > 0 {
 		t.Errorf("route left after Close: %s", out)
 	}

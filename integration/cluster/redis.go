@@ -210,7 +210,6 @@ func StartRedis(ctx context.Context, cfg Config) (rh *RedisHarness, err error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := h.Dir
 	rh = &RedisHarness{Harness: h}
 	defer func() {
 		if err != nil {
@@ -219,67 +218,16 @@ func StartRedis(ctx context.Context, cfg Config) (rh *RedisHarness, err error) {
 		}
 	}()
 	if slices.Contains(cfg.Classes, "clock-fast-node") || len(cfg.Classes) == 0 {
-		if rh.shim, err = BuildFastClock(dir); err != nil {
+		if rh.shim, err = BuildFastClock(h.Dir); err != nil {
 			return rh, err
 		}
 	}
-	node := func(name string, port int) (*RedisNode, error) {
-		host, err := h.Net.AddHost(name)
-		if err != nil {
-			return nil, err
-		}
-		n := &RedisNode{Name: name, Host: host, Port: port, Dir: filepath.Join(dir, "redis", name), h: h}
-		return n, os.MkdirAll(n.Dir, 0o755)
-	}
-	for _, name := range []string{"rm", "rr"} {
-		n, err := node(name, redisPort)
-		if err != nil {
-			return rh, err
-		}
-		n.args = serverArgs(n)
-		rh.Data = append(rh.Data, n)
-	}
-	for i := range 3 {
-		n, err := node(fmt.Sprintf("s%d", i), sentinelPort)
-		if err != nil {
-			return rh, err
-		}
-		conf := filepath.Join(n.Dir, "sentinel.conf")
-		if err := os.WriteFile(conf, []byte(sentinelConf(n, rh.Data[0])), 0o644); err != nil {
-			return rh, err
-		}
-		n.args = []string{conf, "--sentinel"}
-		rh.Sentinels = append(rh.Sentinels, n)
-	}
-	for i := range 3 {
-		n, err := node(fmt.Sprintf("l%d", i), redisPort)
-		if err != nil {
-			return rh, err
-		}
-		n.args = serverArgs(n)
-		rh.Redlock = append(rh.Redlock, n)
-	}
-	if rh.Clients, err = h.Net.AddHost("cli"); err != nil {
+	if err := rh.addNodes(); err != nil {
 		return rh, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := h.startResource(sctx); err != nil {
-		return rh, err
-	}
-	rm, rr := rh.Data[0], rh.Data[1]
-	if err := rm.start(sctx, nil, "", 0); err != nil {
-		return rh, err
-	}
-	if err := rr.start(sctx, append(slices.Clone(rr.args), "--replicaof", rm.Host.IP, strconv.Itoa(rm.Port)), "", 0); err != nil {
-		return rh, err
-	}
-	for _, n := range append(slices.Clone(rh.Sentinels), rh.Redlock...) {
-		if err := n.start(sctx, nil, "", 0); err != nil {
-			return rh, err
-		}
-	}
-	if err := rh.awaitSettled(sctx); err != nil {
+	if err := rh.startServers(sctx); err != nil {
 		return rh, err
 	}
 	for _, wl := range cfg.Workloads {
@@ -290,6 +238,74 @@ func StartRedis(ctx context.Context, cfg Config) (rh *RedisHarness, err error) {
 		}
 	}
 	return rh, nil
+}
+
+// addNodes adds the nodes' hosts and directories, none started: the
+// Sentinel group's data nodes (rm, rr) and sentinels (s0-s2), the
+// Redlock nodes (l0-l2), and the workers' host (cli).
+func (rh *RedisHarness) addNodes() error {
+	h := rh.Harness
+	node := func(name string, port int) (*RedisNode, error) {
+		host, err := h.Net.AddHost(name)
+		if err != nil {
+			return nil, err
+		}
+		n := &RedisNode{Name: name, Host: host, Port: port, Dir: filepath.Join(h.Dir, "redis", name), h: h}
+		return n, os.MkdirAll(n.Dir, 0o755)
+	}
+	for _, name := range []string{"rm", "rr"} {
+		n, err := node(name, redisPort)
+		if err != nil {
+			return err
+		}
+		n.args = serverArgs(n)
+		rh.Data = append(rh.Data, n)
+	}
+	for i := range 3 {
+		n, err := node(fmt.Sprintf("s%d", i), sentinelPort)
+		if err != nil {
+			return err
+		}
+		conf := filepath.Join(n.Dir, "sentinel.conf")
+		if err := os.WriteFile(conf, []byte(sentinelConf(n, rh.Data[0])), 0o644); err != nil {
+			return err
+		}
+		n.args = []string{conf, "--sentinel"}
+		rh.Sentinels = append(rh.Sentinels, n)
+	}
+	for i := range 3 {
+		n, err := node(fmt.Sprintf("l%d", i), redisPort)
+		if err != nil {
+			return err
+		}
+		n.args = serverArgs(n)
+		rh.Redlock = append(rh.Redlock, n)
+	}
+	var err error
+	rh.Clients, err = h.Net.AddHost("cli")
+	return err
+}
+
+// startServers starts the resource, the Sentinel group's master and its
+// replica, the sentinels and the Redlock nodes, and waits until the
+// group can fail over.
+func (rh *RedisHarness) startServers(ctx context.Context) error {
+	if err := rh.startResource(ctx); err != nil {
+		return err
+	}
+	rm, rr := rh.Data[0], rh.Data[1]
+	if err := rm.start(ctx, nil, "", 0); err != nil {
+		return err
+	}
+	if err := rr.start(ctx, append(slices.Clone(rr.args), "--replicaof", rm.Host.IP, strconv.Itoa(rm.Port)), "", 0); err != nil {
+		return err
+	}
+	for _, n := range append(slices.Clone(rh.Sentinels), rh.Redlock...) {
+		if err := n.start(ctx, nil, "", 0); err != nil {
+			return err
+		}
+	}
+	return rh.awaitSettled(ctx)
 }
 
 // serverArgs are a data node's flags: no persistence, no eviction (a lock

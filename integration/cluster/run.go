@@ -205,57 +205,63 @@ func load(dir string) (Config, *Report, runEnd, error) {
 // admitted, on no progress after a heal, and on a fault it could not
 // inject or heal.
 func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
-	events, err := history.ReadWorkers(filepath.Join(rep.Dir, "history"))
+	c, err := rep.newChecking(cfg, end, slowClocks)
 	if err != nil {
 		return err
 	}
-	records, err := history.ReadLines[history.Record](filepath.Join(rep.Dir, "resource.jsonl"))
-	if err != nil && !os.IsNotExist(err) {
-		return err
+	for _, wl := range cfg.Workloads {
+		rep.Rows = append(rep.Rows, c.workload(wl))
 	}
-	var audit []history.Record
-	if cfg.Guard == "http" || cfg.Guard == "grpc" {
-		// The resource process is the guarded server: its log is the
-		// record of what it admitted.
-		for _, r := range records {
-			if r.Kind == history.Write {
-				audit = append(audit, r)
-			}
-		}
-	} else if cfg.Guard != "" {
-		// What the guard admitted: the fenced register's writes (the
-		// resource process's log has none).
-		if audit, err = history.ReadLines[history.Record](filepath.Join(rep.Dir, "audit.jsonl")); err != nil {
-			rep.Failures = append(rep.Failures, "guard: no audit of the admitted writes: "+err.Error())
-		}
-		records = append(records, audit...)
+	rep.ByClass = c.classes.rows
+	if cfg.Guard != "" {
+		rep.checkGuard(cfg, c.events, c.audit, c.records)
 	}
-	measured := cfg.redis()
-	verdict := func(vs ...string) {
-		if measured {
-			rep.Notes = append(rep.Notes, vs...)
-		} else {
-			rep.Failures = append(rep.Failures, vs...)
-		}
+	return nil
+}
+
+// checking is one check of a run: what the histories say, read once,
+// and what excuses a violation. Its steps fill rep.
+type checking struct {
+	rep      *Report
+	cfg      Config
+	end      int64 // grants after it are not judged
+	measured bool  // a Redis run: the lock's own violations are noted, not failures
+	events   []history.Event
+	records  []history.Record // the resource's, and the guard's audit
+	audit    []history.Record // what the guard admitted (nil: no guard)
+	ex       exemptions
+	classes  *byClass
+	spans    map[string][]Span
+	doubles  []history.Record
+	stale    []history.Record
+}
+
+// newChecking reads the run's histories and evidence, fails the run on
+// the faults it could not inject or heal and on grants numbered twice,
+// and returns the check's state.
+func (rep *Report) newChecking(cfg Config, end int64, slowClocks []int) (*checking, error) {
+	c := &checking{rep: rep, cfg: cfg, end: end, measured: cfg.redis()}
+	if err := c.readHistories(); err != nil {
+		return nil, err
 	}
 	for _, f := range rep.Faults {
 		if f.Err != "" { // the run did not test what it says
 			rep.Failures = append(rep.Failures, fmt.Sprintf("fault %d %s: %s", f.N, f.Class, f.Err))
 		}
 	}
-	ex := exemptions{faults: rep.Faults, slow: map[int]bool{}}
-	if !measured {
-		ex.ev = readEvidence(filepath.Join(rep.Dir, "etcd"))
-		if ex.ev.err != nil {
-			rep.Notes = append(rep.Notes, "evidence: "+ex.ev.err.Error())
+	c.ex = exemptions{faults: rep.Faults, slow: map[int]bool{}}
+	if !c.measured {
+		c.ex.ev = readEvidence(filepath.Join(rep.Dir, "etcd"))
+		if c.ex.ev.err != nil {
+			rep.Notes = append(rep.Notes, "evidence: "+c.ex.ev.err.Error())
 		}
 	}
 	for _, id := range slowClocks {
-		ex.slow[id] = true
+		c.ex.slow[id] = true
 	}
-	classes := newByClass(rep.Faults)
+	c.classes = newByClass(rep.Faults)
 	numbered := map[string]bool{}
-	for _, e := range events {
+	for _, e := range c.events {
 		if k := SpanKey(e.W, e.Workload, e.G); e.Kind == history.Grant {
 			if numbered[k] {
 				rep.Failures = append(rep.Failures, "history: two grants numbered "+k+": a span would hide one")
@@ -263,145 +269,219 @@ func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
 			numbered[k] = true
 		}
 	}
-	spans := Spans(events, end)
-	ex.last = lastOnLease(spans)
-	doubles := DoubleGrants(records)
-	stale := StaleAdmitted(records)
-	bound := cfg.RecoveryBound()
-	for _, wl := range cfg.Workloads {
-		lock := "dlock-" + wl
-		backend := "etcd"
-		if measured {
-			backend = wl
-		}
-		at := func(t int64) *Row { return classes.row(backend, t) }
-		var judged []Span
-		for _, s := range spans[wl] {
-			if s.Grant <= end {
-				judged = append(judged, s)
-				at(s.Grant).Grants++
-			}
-		}
-		row := Row{Workload: wl, Grants: len(judged)}
-		if via := grantsBy(judged); len(via) > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: of %d grants, %s", wl, len(judged), via))
-		}
-		for _, r := range doubles {
-			if r.Lock == lock {
-				row.Double++
-				at(r.T).Double++
-			}
-		}
-		for _, r := range stale {
-			if r.Lock == lock {
-				row.Stale++
-				at(r.T).Stale++
-				if row.Stale <= 3 {
-					rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register admitted a stale write: tok %d at %s", wl, r.Tok, clock(r.T)))
-				}
-			}
-		}
-		for _, r := range records {
-			if r.Kind == history.Write && r.Lock == lock && r.Tok == 0 {
-				row.Stale++
-				at(r.T).Stale++
-				rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register admitted a write without a token at %s", wl, clock(r.T)))
-			}
-		}
-		if row.Stale > 3 {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: ... and %d more stale writes admitted", wl, row.Stale-3))
-		}
-		if fencedWorkload(wl) {
-			ok, ops, info := Linearizable(wl, events)
-			row.Linear = fmt.Sprintf("ok (%d ops)", ops)
-			if ops == 0 && row.Grants > 0 {
-				rep.Failures = append(rep.Failures, wl+": no fenced operation recorded: the register check saw nothing")
-			}
-			if !ok {
-				row.Linear, _, _ = strings.Cut(info, "\n")
-				verdict(fmt.Sprintf("%s: fenced register not linearizable (%s, %d operations)", wl, info, ops))
-			}
-		} else if res := fencedResults(wl, events); len(res) > 0 {
-			all := res["ok"] + res["stale"] + res["error"]
-			row.Linear = fmt.Sprintf("n/a: %d of %d refused", res["stale"], all)
-		}
-		var counted []string
-		for _, group := range bySuccessor(DoneAfterSuccessor(wl, judged, cfg.Permits)) {
-			// A grant beyond capacity is excused when the holders no fault
-			// excuses do not fill the capacity by themselves.
-			var fair []Violation
-			for _, v := range group {
-				if why := ex.of(v); why == "" {
-					fair = append(fair, v)
-				} else {
-					rep.Exempted = append(rep.Exempted, fmt.Sprintf("%s: %s — %s", wl, v, why))
-				}
-			}
-			capacity := 1
-			if wl == "semaphore" {
-				capacity = cfg.Permits
-			}
-			c := at(group[0].After.Grant)
-			if len(fair) < capacity {
-				row.Exempt += len(group)
-				c.Exempt += len(group)
-				continue
-			}
-			row.DoneAfter += len(fair)
-			row.Exempt += len(group) - len(fair)
-			c.DoneAfter += len(fair)
-			c.Exempt += len(group) - len(fair)
-			for _, v := range fair {
-				counted = append(counted, v.String())
-			}
-		}
-		verdict(listed(wl+": Done after a successor's grant", counted)...)
-		var fair []Span
-		for _, s := range judged {
-			if ex.span(s) == "" {
-				fair = append(fair, s)
-			}
-		}
-		var regs []string
-		regressed := map[string]bool{}
-		for _, v := range TokenRegressions(wl, fair) {
-			regs = append(regs, v.String())
-			regressed[v.After.Key] = true
-			at(v.After.Grant).Regressions++
-		}
-		row.Regressions = len(regs)
-		// The regressions the excused grants make, listed with why.
-		for _, v := range TokenRegressions(wl, judged) {
-			if regressed[v.After.Key] {
-				continue
-			}
-			why := cmp.Or(ex.span(v.Before), ex.span(v.After), "an excused grant between them")
-			rep.Exempted = append(rep.Exempted, fmt.Sprintf("%s: %s — %s", wl, v, why))
-		}
-		verdict(listed(wl, regs)...)
-		for _, a := range acquires(events, wl, end) {
-			row.Acquire = append(row.Acquire, a.took)
-			at(a.granted).Acquire = append(at(a.granted).Acquire, a.took)
-		}
-		var fails []string
-		for i, d := range recovery(wl, judged, rep.Faults, end, bound, &fails) {
-			row.Recovery = append(row.Recovery, d)
-			c := classes.rowOf(backend, rep.Faults[i].Class)
-			c.Recovery = append(c.Recovery, d)
-		}
-		rep.Failures = append(rep.Failures, fails...)
-		if measured {
-			late := lateOps(wl, judged, events)
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: ops sent after their grant's validity ran out (e.g. a holder resumed from a pause): unfenced %d admitted, %d no reply; fenced %d admitted, %d refused, %d no reply",
-				wl, late[history.Unfenced]["ok"], late[history.Unfenced]["error"], late[history.Fenced]["ok"], late[history.Fenced]["stale"], late[history.Fenced]["error"]))
-		}
-		rep.Rows = append(rep.Rows, row)
+	c.spans = Spans(c.events, end)
+	c.ex.last = lastOnLease(c.spans)
+	c.doubles = DoubleGrants(c.records)
+	c.stale = StaleAdmitted(c.records)
+	return c, nil
+}
+
+// readHistories reads the workers' histories, the resource's log and,
+// in a guard run, what the guard admitted.
+func (c *checking) readHistories() error {
+	dir := c.rep.Dir
+	var err error
+	if c.events, err = history.ReadWorkers(filepath.Join(dir, "history")); err != nil {
+		return err
 	}
-	rep.ByClass = classes.rows
-	if cfg.Guard != "" {
-		rep.checkGuard(cfg, events, audit, records)
+	c.records, err = history.ReadLines[history.Record](filepath.Join(dir, "resource.jsonl"))
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if c.cfg.Guard == "http" || c.cfg.Guard == "grpc" {
+		// The resource process is the guarded server: its log is the
+		// record of what it admitted.
+		for _, r := range c.records {
+			if r.Kind == history.Write {
+				c.audit = append(c.audit, r)
+			}
+		}
+	} else if c.cfg.Guard != "" {
+		// What the guard admitted: the fenced register's writes (the
+		// resource process's log has none).
+		if c.audit, err = history.ReadLines[history.Record](filepath.Join(dir, "audit.jsonl")); err != nil {
+			c.rep.Failures = append(c.rep.Failures, "guard: no audit of the admitted writes: "+err.Error())
+		}
+		c.records = append(c.records, c.audit...)
 	}
 	return nil
+}
+
+// verdict fails the run on vs, or in a measured run notes them.
+func (c *checking) verdict(vs ...string) {
+	if c.measured {
+		c.rep.Notes = append(c.rep.Notes, vs...)
+	} else {
+		c.rep.Failures = append(c.rep.Failures, vs...)
+	}
+}
+
+// workload checks workload wl's grants and ops and returns its row; it
+// adds to the rows per backend and class.
+func (c *checking) workload(wl string) Row {
+	backend := "etcd"
+	if c.measured {
+		backend = wl
+	}
+	at := func(t int64) *Row { return c.classes.row(backend, t) }
+	var judged []Span
+	for _, s := range c.spans[wl] {
+		if s.Grant <= c.end {
+			judged = append(judged, s)
+			at(s.Grant).Grants++
+		}
+	}
+	row := Row{Workload: wl, Grants: len(judged)}
+	if via := grantsBy(judged); len(via) > 0 {
+		c.rep.Notes = append(c.rep.Notes, fmt.Sprintf("%s: of %d grants, %s", wl, len(judged), via))
+	}
+	c.admitted(wl, &row, at)
+	c.register(wl, &row)
+	c.doneAfter(wl, judged, &row, at)
+	c.regressions(wl, judged, &row, at)
+	c.timings(wl, judged, backend, &row, at)
+	if c.measured {
+		c.lateOps(wl, judged)
+	}
+	return row
+}
+
+// admitted counts what the resource admitted that it should not have:
+// double grants the unfenced control saw, stale and tokenless writes the
+// fenced register took (these fail the run).
+func (c *checking) admitted(wl string, row *Row, at func(int64) *Row) {
+	lock := "dlock-" + wl
+	for _, r := range c.doubles {
+		if r.Lock == lock {
+			row.Double++
+			at(r.T).Double++
+		}
+	}
+	for _, r := range c.stale {
+		if r.Lock == lock {
+			row.Stale++
+			at(r.T).Stale++
+			if row.Stale <= 3 {
+				c.rep.Failures = append(c.rep.Failures, fmt.Sprintf("%s: fenced register admitted a stale write: tok %d at %s", wl, r.Tok, clock(r.T)))
+			}
+		}
+	}
+	for _, r := range c.records {
+		if r.Kind == history.Write && r.Lock == lock && r.Tok == 0 {
+			row.Stale++
+			at(r.T).Stale++
+			c.rep.Failures = append(c.rep.Failures, fmt.Sprintf("%s: fenced register admitted a write without a token at %s", wl, clock(r.T)))
+		}
+	}
+	if row.Stale > 3 {
+		c.rep.Failures = append(c.rep.Failures, fmt.Sprintf("%s: ... and %d more stale writes admitted", wl, row.Stale-3))
+	}
+}
+
+// register checks the fenced register's linearizability (for a fenced
+// workload), or counts its refusals.
+func (c *checking) register(wl string, row *Row) {
+	if fencedWorkload(wl) {
+		ok, ops, info := Linearizable(wl, c.events)
+		row.Linear = fmt.Sprintf("ok (%d ops)", ops)
+		if ops == 0 && row.Grants > 0 {
+			c.rep.Failures = append(c.rep.Failures, wl+": no fenced operation recorded: the register check saw nothing")
+		}
+		if !ok {
+			row.Linear, _, _ = strings.Cut(info, "\n")
+			c.verdict(fmt.Sprintf("%s: fenced register not linearizable (%s, %d operations)", wl, info, ops))
+		}
+	} else if res := fencedResults(wl, c.events); len(res) > 0 {
+		all := res["ok"] + res["stale"] + res["error"]
+		row.Linear = fmt.Sprintf("n/a: %d of %d refused", res["stale"], all)
+	}
+}
+
+// doneAfter judges the grants made while a predecessor still acted. A
+// grant beyond capacity is excused when the holders no fault excuses do
+// not fill the capacity by themselves.
+func (c *checking) doneAfter(wl string, judged []Span, row *Row, at func(int64) *Row) {
+	var counted []string
+	for _, group := range bySuccessor(DoneAfterSuccessor(wl, judged, c.cfg.Permits)) {
+		var fair []Violation
+		for _, v := range group {
+			if why := c.ex.of(v); why == "" {
+				fair = append(fair, v)
+			} else {
+				c.rep.Exempted = append(c.rep.Exempted, fmt.Sprintf("%s: %s — %s", wl, v, why))
+			}
+		}
+		capacity := 1
+		if wl == "semaphore" {
+			capacity = c.cfg.Permits
+		}
+		cr := at(group[0].After.Grant)
+		if len(fair) < capacity {
+			row.Exempt += len(group)
+			cr.Exempt += len(group)
+			continue
+		}
+		row.DoneAfter += len(fair)
+		row.Exempt += len(group) - len(fair)
+		cr.DoneAfter += len(fair)
+		cr.Exempt += len(group) - len(fair)
+		for _, v := range fair {
+			counted = append(counted, v.String())
+		}
+	}
+	c.verdict(listed(wl+": Done after a successor's grant", counted)...)
+}
+
+// regressions judges the token regressions among the grants no fault
+// excuses, and lists the excused ones with why.
+func (c *checking) regressions(wl string, judged []Span, row *Row, at func(int64) *Row) {
+	var fair []Span
+	for _, s := range judged {
+		if c.ex.span(s) == "" {
+			fair = append(fair, s)
+		}
+	}
+	var regs []string
+	regressed := map[string]bool{}
+	for _, v := range TokenRegressions(wl, fair) {
+		regs = append(regs, v.String())
+		regressed[v.After.Key] = true
+		at(v.After.Grant).Regressions++
+	}
+	row.Regressions = len(regs)
+	// The regressions the excused grants make, listed with why.
+	for _, v := range TokenRegressions(wl, judged) {
+		if regressed[v.After.Key] {
+			continue
+		}
+		why := cmp.Or(c.ex.span(v.Before), c.ex.span(v.After), "an excused grant between them")
+		c.rep.Exempted = append(c.rep.Exempted, fmt.Sprintf("%s: %s — %s", wl, v, why))
+	}
+	c.verdict(listed(wl, regs)...)
+}
+
+// timings records the acquires' durations and the recoveries after each
+// heal, failing the run on no progress within the recovery bound.
+func (c *checking) timings(wl string, judged []Span, backend string, row *Row, at func(int64) *Row) {
+	for _, a := range acquires(c.events, wl, c.end) {
+		row.Acquire = append(row.Acquire, a.took)
+		at(a.granted).Acquire = append(at(a.granted).Acquire, a.took)
+	}
+	var fails []string
+	for i, d := range recovery(wl, judged, c.rep.Faults, c.end, c.cfg.RecoveryBound(), &fails) {
+		row.Recovery = append(row.Recovery, d)
+		cr := c.classes.rowOf(backend, c.rep.Faults[i].Class)
+		cr.Recovery = append(cr.Recovery, d)
+	}
+	c.rep.Failures = append(c.rep.Failures, fails...)
+}
+
+// lateOps notes the ops sent after their grant's validity ran out (a
+// measured run's).
+func (c *checking) lateOps(wl string, judged []Span) {
+	late := lateOps(wl, judged, c.events)
+	c.rep.Notes = append(c.rep.Notes, fmt.Sprintf("%s: ops sent after their grant's validity ran out (e.g. a holder resumed from a pause): unfenced %d admitted, %d no reply; fenced %d admitted, %d refused, %d no reply",
+		wl, late[history.Unfenced]["ok"], late[history.Unfenced]["error"], late[history.Fenced]["ok"], late[history.Fenced]["stale"], late[history.Fenced]["error"]))
 }
 
 // grantsBy says how many of spans were acquired by a try and by LockAll

@@ -125,75 +125,92 @@ func readWAL(dir string) ([]*raftpb.Entry, error) {
 		defer f.Close()
 		readers = append(readers, fileutil.NewFileReader(f))
 	}
-	dec := wal.NewDecoder(readers...)
-	var out, cur []*raftpb.Entry // cur: the stretch since the last gap
-	var commit uint64
-	keep := func() {
-		for _, e := range cur {
-			if e.GetIndex() <= commit {
-				out = append(out, e)
-			}
-		}
-		cur = nil
-	}
-	last := func() uint64 {
-		if len(cur) > 0 {
-			return cur[len(cur)-1].GetIndex()
-		}
-		if len(out) > 0 {
-			return out[len(out)-1].GetIndex()
-		}
-		return 0
-	}
+	r := &walReader{dec: wal.NewDecoder(readers...)}
 	for {
 		rec := &walpb.Record{}
-		err := dec.Decode(rec)
+		err := r.dec.Decode(rec)
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) { // the end, or a torn last write
 			break
 		}
-		if err != nil {
-			keep()
-			return out, err
+		if err == nil {
+			err = r.apply(rec)
 		}
-		switch rec.GetType() {
-		case wal.EntryType:
-			e := &raftpb.Entry{}
-			if err := proto.Unmarshal(rec.GetData(), e); err != nil {
-				keep()
-				return out, err
-			}
-			// An entry at an index already held overwrites it and what
-			// follows (cur's indexes ascend: a binary search finds it).
-			i, _ := slices.BinarySearchFunc(cur, e.GetIndex(), func(c *raftpb.Entry, idx uint64) int { return cmp.Compare(c.GetIndex(), idx) })
-			cur = append(cur[:i], e)
-		case wal.StateType:
-			st := &raftpb.HardState{}
-			if err := proto.Unmarshal(rec.GetData(), st); err != nil {
-				keep()
-				return out, err
-			}
-			if st.GetCommit() > 0 {
-				commit = st.GetCommit()
-			}
-		case wal.SnapshotType:
-			sn := &walpb.Snapshot{}
-			if err := proto.Unmarshal(rec.GetData(), sn); err != nil {
-				keep()
-				return out, err
-			}
-			if sn.GetIndex() > last() { // a gap: a snapshot received
-				keep()
-			}
-		case wal.CrcType:
-			if crc := dec.LastCRC(); crc != 0 && rec.Validate(crc) != nil {
-				keep()
-				return out, wal.ErrCRCMismatch
-			}
-			dec.UpdateCRC(rec.GetCrc())
+		if err != nil {
+			r.keep()
+			return r.out, err
 		}
 	}
-	keep()
-	return out, nil
+	r.keep()
+	return r.out, nil
+}
+
+// walReader is readWAL's state: the entries found committed so far, the
+// stretch of entries since the last gap, and the last commit index seen.
+type walReader struct {
+	dec    wal.Decoder
+	out    []*raftpb.Entry // committed, in the stretches before cur
+	cur    []*raftpb.Entry // the stretch since the last gap
+	commit uint64          // the last HardState's commit index
+}
+
+// apply reads one record: an entry into the stretch, a commit index, a
+// snapshot (which, past the stretch, marks a gap) or a CRC to check.
+func (r *walReader) apply(rec *walpb.Record) error {
+	switch rec.GetType() {
+	case wal.EntryType:
+		e := &raftpb.Entry{}
+		if err := proto.Unmarshal(rec.GetData(), e); err != nil {
+			return err
+		}
+		// An entry at an index already held overwrites it and what
+		// follows (cur's indexes ascend: a binary search finds it).
+		i, _ := slices.BinarySearchFunc(r.cur, e.GetIndex(), func(c *raftpb.Entry, idx uint64) int { return cmp.Compare(c.GetIndex(), idx) })
+		r.cur = append(r.cur[:i], e)
+	case wal.StateType:
+		st := &raftpb.HardState{}
+		if err := proto.Unmarshal(rec.GetData(), st); err != nil {
+			return err
+		}
+		if st.GetCommit() > 0 {
+			r.commit = st.GetCommit()
+		}
+	case wal.SnapshotType:
+		sn := &walpb.Snapshot{}
+		if err := proto.Unmarshal(rec.GetData(), sn); err != nil {
+			return err
+		}
+		if sn.GetIndex() > r.last() { // a gap: a snapshot received
+			r.keep()
+		}
+	case wal.CrcType:
+		if crc := r.dec.LastCRC(); crc != 0 && rec.Validate(crc) != nil {
+			return wal.ErrCRCMismatch
+		}
+		r.dec.UpdateCRC(rec.GetCrc())
+	}
+	return nil
+}
+
+// keep ends the stretch: its entries the commit index covers are
+// committed.
+func (r *walReader) keep() {
+	for _, e := range r.cur {
+		if e.GetIndex() <= r.commit {
+			r.out = append(r.out, e)
+		}
+	}
+	r.cur = nil
+}
+
+// last returns the index of the last entry read (0: none).
+func (r *walReader) last() uint64 {
+	if len(r.cur) > 0 {
+		return r.cur[len(r.cur)-1].GetIndex()
+	}
+	if len(r.out) > 0 {
+		return r.out[len(r.out)-1].GetIndex()
+	}
+	return 0
 }
 
 var electedRE = regexp.MustCompile(`elected leader ([0-9a-f]+) at term ([0-9]+)`)
