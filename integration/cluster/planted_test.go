@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/integration/cluster/env"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -43,7 +44,7 @@ func TestPlanted(t *testing.T) {
 // what the checker made for it must report.
 type plantedCase struct {
 	name   string
-	cfg    Config
+	cfg    env.Config
 	expect string // a substring of some failure
 }
 
@@ -52,7 +53,7 @@ var plantedCases = []plantedCase{{
 	// A grant that skips the predecessor check double-grants; a guard
 	// that admits lower tokens lets the stale writes in.
 	name:   "admit-lower",
-	cfg:    Config{Plant: "skip-check", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+	cfg:    env.Config{Plant: "skip-check", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 	expect: "fenced register not linearizable",
 }, {
 	// A guard whose check comes after the write (pgfence's Admit with
@@ -61,25 +62,25 @@ var plantedCases = []plantedCase{{
 	// commits before the check refuses it. The audit committed with
 	// the write shows it.
 	name:   "check-after-write",
-	cfg:    Config{Guard: "pg", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+	cfg:    env.Config{Guard: "pg", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
 	expect: "fenced register admitted a stale write",
 }, {
 	// The same behind redisfence: a plain SET, then Admit (its
 	// limit: only Set checks and writes in one script). The AOF
 	// shows the write.
 	name:   "check-after-write-redis",
-	cfg:    Config{Guard: "redis", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+	cfg:    env.Config{Guard: "redis", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
 	expect: "fenced register admitted a stale write",
 }, {
 	// A guard that admits every token behind httpfence's middleware
 	// and in the handler's check (the resource's plant admit-lower
 	// with the guard http): a paused holder's late write lands.
 	name:   "admit-lower-http",
-	cfg:    Config{Guard: "http", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+	cfg:    env.Config{Guard: "http", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
 	expect: "fenced register admitted a stale write",
 }, {
 	name:   "admit-lower-grpc",
-	cfg:    Config{Guard: "grpc", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+	cfg:    env.Config{Guard: "grpc", ResourcePlant: "admit-lower", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
 	expect: "fenced register admitted a stale write",
 }, {
 	// The same behind s3fence: an unconditional PutObject (the
@@ -87,11 +88,11 @@ var plantedCases = []plantedCase{{
 	// the object's token, which is by then the writer's own. The
 	// object's versions show the write.
 	name:   "check-after-write-s3",
-	cfg:    Config{Guard: "s3", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
+	cfg:    env.Config{Guard: "s3", WorkerPlant: "check-after-write", Faults: 1, Classes: []string{"pause-use"}, Workloads: []string{"mutex"}, PerWorkload: 3},
 	expect: "fenced register admitted a stale write",
 }, {
 	name:   "skip-check",
-	cfg:    Config{Plant: "skip-check", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+	cfg:    env.Config{Plant: "skip-check", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 	expect: "Done after a successor's grant",
 }, {
 	// Done closing after the server's expiry: only a holder cut off
@@ -102,7 +103,7 @@ var plantedCases = []plantedCase{{
 	// expiry comes after the planted Done. The holder is often on the
 	// leader (seen in 1 run of 4 with all 3 faults there): 5 faults.
 	name:   "late-done",
-	cfg:    Config{Plant: "late-done", Faults: 5, Classes: []string{"partition-holder"}, Workloads: []string{"mutex"}, Hold: time.Hour},
+	cfg:    env.Config{Plant: "late-done", Faults: 5, Classes: []string{"partition-holder"}, Workloads: []string{"mutex"}, Hold: time.Hour},
 	expect: "Done after a successor's grant",
 }, {
 	// A release that does not check what it deletes: a permit holder's
@@ -111,24 +112,24 @@ var plantedCases = []plantedCase{{
 	// a late Unlock never gets that far: after a pause past the TTL
 	// the grant has ended and Unlock deletes nothing.)
 	name:   "unguarded-release",
-	cfg:    Config{Plant: "unguarded-release", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"semaphore"}},
+	cfg:    env.Config{Plant: "unguarded-release", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"semaphore"}},
 	expect: "Done after a successor's grant",
 }, {
 	// A TryAcquire that counts one permit too many: a third holder of
 	// two permits, while both others act. Every acquire is a try.
 	name:   "try-overgrant",
-	cfg:    Config{Plant: "try-overgrant", Try: 1, Faults: 1, Classes: []string{"compact"}, Workloads: []string{"semaphore"}},
+	cfg:    env.Config{Plant: "try-overgrant", Try: 1, Faults: 1, Classes: []string{"compact"}, Workloads: []string{"semaphore"}},
 	expect: "Done after a successor's grant",
 }, {
 	name:   "first-token",
-	cfg:    Config{WorkerPlant: "first-token", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+	cfg:    env.Config{WorkerPlant: "first-token", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 	expect: "token regression",
 }, {
 	name:   "hold-forever",
-	cfg:    Config{WorkerPlant: "hold-forever", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+	cfg:    env.Config{WorkerPlant: "hold-forever", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 	expect: "no progress",
 }, {
 	name:   "leak-key",
-	cfg:    Config{WorkerPlant: "leak-key", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
+	cfg:    env.Config{WorkerPlant: "leak-key", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 	expect: "nothing left: key dlock/leak/",
 }}
