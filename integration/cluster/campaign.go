@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/dlock-go/dlock/integration/cluster/check"
+	"github.com/dlock-go/dlock/integration/cluster/env"
 )
 
 // CampaignTable rechecks saved runs (artifacts directories) with the
@@ -21,7 +24,7 @@ func CampaignTable(dirs []string) (string, bool, error) {
 	b.WriteString("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	passed := true
 	type key struct{ backend, class string }
-	classes := map[key]*Row{}
+	classes := map[key]*check.Row{}
 	faults := map[key]int{}
 	for _, dir := range dirs {
 		cfg, rep, e, err := load(dir)
@@ -29,27 +32,27 @@ func CampaignTable(dirs []string) (string, bool, error) {
 			return "", false, fmt.Errorf("%s: %w", dir, err)
 		}
 		backend, members, resource := "etcd", fmt.Sprint(cfg.Members), cmp.Or(cfg.Guard, "register")
-		if cfg.redis() {
-			cfg.redisDefaults()
+		if cfg.Redis() {
+			cfg.RedisDefaults()
 			backend, members, resource = strings.Join(cfg.Workloads, " + "), "-", "register"
 		}
-		cfg.defaults()
+		cfg.Defaults()
 		if members == "0" {
 			members = "3"
 		}
 		if err := rep.check(cfg, e.End, e.SlowClocks); err != nil {
 			return "", false, fmt.Errorf("%s: %w", dir, err)
 		}
-		var sum Row
+		var sum check.Row
 		for _, r := range rep.Rows {
-			sum.add(r)
+			sum.Add(r)
 		}
 		for _, r := range rep.ByClass {
 			k := key{r.Workload, r.Class}
 			if classes[k] == nil {
-				classes[k] = &Row{Workload: r.Workload, Class: r.Class}
+				classes[k] = &check.Row{Workload: r.Workload, Class: r.Class}
 			}
-			classes[k].add(r)
+			classes[k].Add(r)
 		}
 		for _, f := range rep.Faults {
 			for _, backend := range backendsOf(cfg) {
@@ -88,21 +91,10 @@ func CampaignTable(dirs []string) (string, bool, error) {
 	return b.String(), passed, nil
 }
 
-// add sums r's counts and recovery times into s.
-func (s *Row) add(r Row) {
-	s.Grants += r.Grants
-	s.Double += r.Double
-	s.Stale += r.Stale
-	s.DoneAfter += r.DoneAfter
-	s.Exempt += r.Exempt
-	s.Regressions += r.Regressions
-	s.Recovery = append(s.Recovery, r.Recovery...)
-}
-
 // backendsOf names the backends of a run's rows: "etcd", or the Redis
 // workloads (each a backend of its own).
-func backendsOf(cfg Config) []string {
-	if cfg.redis() {
+func backendsOf(cfg env.Config) []string {
+	if cfg.Redis() {
 		return cfg.Workloads
 	}
 	return []string{"etcd"}

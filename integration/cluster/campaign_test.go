@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/integration/cluster/env"
+	"github.com/dlock-go/dlock/integration/cluster/fault"
 )
 
 // campaign is the soak campaign's configurations (docs/faults.md,
@@ -14,17 +17,17 @@ import (
 // workload, every guard as the resource once, the Redis backends once.
 var campaign = []struct {
 	name string
-	cfg  Config
+	cfg  env.Config
 }{
-	{"c1-m3-ttl2-w4-register", Config{Members: 3, TTL: 2 * time.Second, PerWorkload: 4}},
-	{"c2-m5-ttl2-w16-pg", Config{Members: 5, TTL: 2 * time.Second, PerWorkload: 16, Guard: "pg"}},
-	{"c3-m3-ttl10-w16-redis", Config{Members: 3, TTL: 10 * time.Second, PerWorkload: 16, Guard: "redis"}},
-	{"c4-m5-ttl10-w4-http", Config{Members: 5, TTL: 10 * time.Second, PerWorkload: 4, Guard: "http"}},
-	{"c5-m3-ttl2-w16-grpc", Config{Members: 3, TTL: 2 * time.Second, PerWorkload: 16, Guard: "grpc"}},
-	{"c6-m5-ttl10-w16-s3", Config{Members: 5, TTL: 10 * time.Second, PerWorkload: 16, Guard: "s3"}},
-	{"c7-m5-ttl2-w4-pg", Config{Members: 5, TTL: 2 * time.Second, PerWorkload: 4, Guard: "pg"}},
-	{"c8-redis-ttl2-w4", Config{TTL: 2 * time.Second, PerWorkload: 4, Workloads: RedisWorkloads}},
-	{"c9-redis-replicas-ttl10-w4", Config{TTL: 10 * time.Second, PerWorkload: 4, Workloads: RedisWorkloads, RedisReplicas: 1}},
+	{"c1-m3-ttl2-w4-register", env.Config{Members: 3, TTL: 2 * time.Second, PerWorkload: 4}},
+	{"c2-m5-ttl2-w16-pg", env.Config{Members: 5, TTL: 2 * time.Second, PerWorkload: 16, Guard: "pg"}},
+	{"c3-m3-ttl10-w16-redis", env.Config{Members: 3, TTL: 10 * time.Second, PerWorkload: 16, Guard: "redis"}},
+	{"c4-m5-ttl10-w4-http", env.Config{Members: 5, TTL: 10 * time.Second, PerWorkload: 4, Guard: "http"}},
+	{"c5-m3-ttl2-w16-grpc", env.Config{Members: 3, TTL: 2 * time.Second, PerWorkload: 16, Guard: "grpc"}},
+	{"c6-m5-ttl10-w16-s3", env.Config{Members: 5, TTL: 10 * time.Second, PerWorkload: 16, Guard: "s3"}},
+	{"c7-m5-ttl2-w4-pg", env.Config{Members: 5, TTL: 2 * time.Second, PerWorkload: 4, Guard: "pg"}},
+	{"c8-redis-ttl2-w4", env.Config{TTL: 2 * time.Second, PerWorkload: 4, Workloads: env.RedisWorkloads}},
+	{"c9-redis-replicas-ttl10-w4", env.Config{TTL: 10 * time.Second, PerWorkload: 4, Workloads: env.RedisWorkloads, RedisReplicas: 1}},
 }
 
 // TestCampaign runs the campaign's configurations, each for DLOCK_CAMPAIGN
@@ -54,7 +57,7 @@ func TestCampaign(t *testing.T) {
 			cfg := c.cfg
 			cfg.Seed = base + int64(i+1)
 			cfg.Duration = d
-			if cfg.redis() {
+			if cfg.Redis() {
 				needRedis(t)
 				verdict(t, runRedisCluster(t, ctx, cfg))
 				return
@@ -62,7 +65,7 @@ func TestCampaign(t *testing.T) {
 			cfg.Lossy = true
 			if cfg.Guard != "" {
 				needGuard(t, cfg.Guard)
-				cfg.Classes = append(slices.Clone(EtcdClasses), ClassesFor(cfg.Guard)...)
+				cfg.Classes = append(slices.Clone(fault.EtcdClasses), fault.ClassesFor(cfg.Guard)...)
 			}
 			verdict(t, runCluster(t, ctx, cfg))
 		})

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/integration/cluster/env"
+	"github.com/dlock-go/dlock/integration/cluster/fault"
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
@@ -80,7 +82,7 @@ func beforeTimeout(t *testing.T, ctx context.Context) (context.Context, context.
 }
 
 // runCluster runs cfg under t, logging progress, and returns the report.
-func runCluster(t *testing.T, ctx context.Context, cfg Config) *Report {
+func runCluster(t *testing.T, ctx context.Context, cfg env.Config) *Report {
 	t.Helper()
 	cfg.EtcdBin = etcdtest.Binary(t)
 	cfg.Dir = artifacts(t)
@@ -106,7 +108,7 @@ func TestSmoke(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	rep := runCluster(t, ctx, Config{Seed: seed(t, 20261206), Faults: len(EtcdClasses), Lossy: true})
+	rep := runCluster(t, ctx, env.Config{Seed: seed(t, 20261206), Faults: len(fault.EtcdClasses), Lossy: true})
 	verdict(t, rep)
 	double := 0
 	for _, r := range rep.Rows {
@@ -138,13 +140,13 @@ func TestSoak(t *testing.T) {
 	if s := os.Getenv("DLOCK_SOAK_MEMBERS"); s != "" {
 		members, _ = strconv.Atoi(s)
 	}
-	cfg := Config{Seed: seed(t, 20261206), Duration: d, Lossy: true, PerWorkload: per, Members: members}
+	cfg := env.Config{Seed: seed(t, 20261206), Duration: d, Lossy: true, PerWorkload: per, Members: members}
 	if guard := os.Getenv("DLOCK_SOAK_GUARD"); guard != "" {
 		// The fenced register behind a guard (Guards), and the
 		// resource-side faults beside etcd's.
 		needGuard(t, guard)
 		cfg.Guard = guard
-		cfg.Classes = append(append([]string(nil), EtcdClasses...), ClassesFor(guard)...)
+		cfg.Classes = append(append([]string(nil), fault.EtcdClasses...), fault.ClassesFor(guard)...)
 	}
 	rep := runCluster(t, ctx, cfg)
 	verdict(t, rep)
@@ -177,7 +179,7 @@ func TestNewFaults(t *testing.T) {
 	if s := os.Getenv("DLOCK_NEW_FAULTS_MEMBERS"); s != "" {
 		members, _ = strconv.Atoi(s)
 	}
-	rep := runCluster(t, ctx, Config{Seed: seed(t, 20261207), Members: members, Faults: len(classes), Classes: classes, Lossy: true, Workloads: []string{"mutex", "semaphore"}})
+	rep := runCluster(t, ctx, env.Config{Seed: seed(t, 20261207), Members: members, Faults: len(classes), Classes: classes, Lossy: true, Workloads: []string{"mutex", "semaphore"}})
 	verdict(t, rep)
 	for _, f := range rep.Faults {
 		t.Logf("fault %d %s %v: %s", f.N, f.Class, f.Targets, f.Note)

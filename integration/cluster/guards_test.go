@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/dlock-go/dlock/contrib/pgfence"
 	"github.com/dlock-go/dlock/contrib/s3fence"
 	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/integration/cluster/env"
+	"github.com/dlock-go/dlock/integration/cluster/fault"
 	"github.com/dlock-go/dlock/internal/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 // needGuard ends the test unless guard's server can run here.
@@ -24,7 +25,7 @@ func needGuard(t *testing.T, guard string) {
 	need(t)
 	switch guard {
 	case "pg":
-		if _, err := pgBin(); err != nil {
+		if _, err := env.PgBin(); err != nil {
 			testenv.Missing(t, "postgres", err.Error())
 		}
 	case "redis":
@@ -47,14 +48,14 @@ func needGuard(t *testing.T, guard string) {
 func TestGuards(t *testing.T) {
 	testenv.SkipUnlessLong(t, "~5 min: each guard's server under pauses and resource faults")
 	t.Parallel()
-	for _, guard := range Guards {
+	for _, guard := range env.Guards {
 		t.Run(guard, func(t *testing.T) {
 			needGuard(t, guard)
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 			defer cancel()
-			classes := append([]string{"pause-use"}, ClassesFor(guard)...)
-			rep := runCluster(t, ctx, Config{
+			classes := append([]string{"pause-use"}, fault.ClassesFor(guard)...)
+			rep := runCluster(t, ctx, env.Config{
 				Seed: seed(t, 20261207), Guard: guard, Workloads: []string{"mutex"}, PerWorkload: 3,
 				Classes: classes, Faults: len(classes),
 			})
@@ -88,7 +89,7 @@ func TestPGFenceSurvivesKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	h := resourceHost(t)
-	pg, err := h.startPG(ctx, h.ResHost)
+	pg, err := h.StartPG(ctx, h.ResHost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,12 +134,12 @@ func TestS3FenceSurvivesKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	h := resourceHost(t)
-	sg, err := h.startS3Guard(ctx, h.ResHost)
+	sg, err := h.StartS3Guard(ctx, h.ResHost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := sg.client()
-	g, err := s3fence.New(ctx, c, s3Bucket)
+	c := sg.Client()
+	g, err := s3fence.New(ctx, c, env.S3Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestS3FenceSurvivesKill(t *testing.T) {
 	if err := put(n + 1); err != nil {
 		t.Fatalf("put %d: %v", n+1, err)
 	}
-	recs, err := s3Versions(ctx, c)
+	recs, err := env.S3Versions(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,11 +174,11 @@ func TestS3FenceSurvivesKill(t *testing.T) {
 
 // resourceHost makes a harness of only its network and the resource's
 // host, for a guard's server alone; the test's cleanup closes it.
-func resourceHost(t *testing.T) *Harness {
+func resourceHost(t *testing.T) *env.Harness {
 	t.Helper()
-	cfg := Config{Dir: artifacts(t), Workloads: []string{"mutex"}}
-	cfg.defaults()
-	h, err := newHarness(cfg, "")
+	cfg := env.Config{Dir: artifacts(t), Workloads: []string{"mutex"}}
+	cfg.Defaults()
+	h, err := env.NewHarness(cfg, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dlock-go/dlock/integration/cluster/env"
 	"go.uber.org/goleak"
 )
 
@@ -20,8 +21,8 @@ func TestMain(m *testing.M) {
 		defer close(done)
 		select {
 		case <-sig:
-			CloseAll()
-			RemoveBuilds()
+			env.CloseAll()
+			env.RemoveBuilds()
 			os.Exit(2)
 		case <-stop:
 		}
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 	signal.Stop(sig)
 	close(stop)
 	<-done
-	RemoveBuilds()
+	env.RemoveBuilds()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			os.Stderr.WriteString("goleak: " + err.Error() + "\n")

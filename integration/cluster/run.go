@@ -13,59 +13,42 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/integration/cluster/check"
+	"github.com/dlock-go/dlock/integration/cluster/env"
+	"github.com/dlock-go/dlock/integration/cluster/fault"
 	"github.com/dlock-go/dlock/integration/cluster/history"
 )
 
 // Report is a run's outcome: the table's rows and what failed.
 type Report struct {
-	Seed     int64
-	Dir      string
-	Faults   []Fault
-	Rows     []Row
-	ByClass  []Row     // the same figures per backend and fault class
-	Failures []string  // each a checker's verdict; empty: the run passed
-	Notes    []string  // observations that are not failures
-	Exempted []string  // every excused violation, with its evidence
-	Controls []Control // a guard run's control on the real resource, per fenced workload
-}
-
-// Row is one workload's line of the table.
-type Row struct {
-	Workload    string // or, in ByClass, the backend ("etcd", "redis", "redlock")
-	Class       string // ByClass only: the fault class
-	Grants      int
-	Double      int    // double grants the unfenced control saw (overlaps and lost updates at the resource)
-	Stale       int    // stale writes the fenced register admitted
-	Linear      string // the fenced register's linearizability: "ok (N ops)" or why not
-	DoneAfter   int    // grants made while a predecessor still acted, no fault excusing it
-	Exempt      int    // the same, under a fault that excuses it (pauses, slow clocks, etcd's stale-leader revoke)
-	Regressions int    // token regressions
-	Recovery    []time.Duration
-	Acquire     []time.Duration
+	Seed         int64
+	Dir          string
+	Faults       []history.Fault
+	check.Result // what the checkers found
 }
 
 // Run starts a harness, injects faults for cfg.Duration (or cfg.Faults
 // faults), stops the workers, checks the histories and returns the
 // report. The artifacts stay in the report's Dir. logf receives progress
 // lines.
-func Run(ctx context.Context, cfg Config, logf func(string, ...any)) (*Report, error) {
-	cfg.defaults()
+func Run(ctx context.Context, cfg env.Config, logf func(string, ...any)) (*Report, error) {
+	cfg.Defaults()
 	if len(cfg.Classes) == 0 {
-		cfg.Classes = EtcdClasses
+		cfg.Classes = fault.EtcdClasses
 	}
-	h, err := Start(ctx, cfg)
+	h, err := env.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
 	rng := newRNG(cfg.Seed)
-	nem := &nemesis{h: h, rng: rng, log: logf}
+	nem := fault.NewNemesis(h, rng, logf)
 	r := runner{
-		h: h, rng: rng, logf: logf, inject: nem.inject,
+		h: h, rng: rng, logf: logf, inject: nem.Inject,
 		leftovers: h.Leftovers, store: "etcd", close: h.Close, check: (*Report).check,
 	}
 	if h.Guard != nil {
-		r.collect = h.Guard.collect
+		r.collect = h.Guard.Collect
 	}
 	return r.run(ctx)
 }
@@ -75,14 +58,14 @@ func newRNG(seed int64) *rand.Rand { return rand.New(rand.NewPCG(uint64(seed), 0
 // runner is the part of a run that every backend shares: the fault loop,
 // the stop, the checks of what is left, the record of the run's end.
 type runner struct {
-	h         *Harness
+	h         *env.Harness
 	rng       *rand.Rand // the nemesis' too: one seeded stream
 	logf      func(string, ...any)
-	inject    func(context.Context, *Fault)
+	inject    func(context.Context, *history.Fault)
 	leftovers func(context.Context, time.Duration) ([]string, error)
 	store     string // what leftovers reads, for its error
 	close     func() error
-	check     func(rep *Report, cfg Config, end int64, slowClocks []int) error
+	check     func(rep *Report, cfg env.Config, end int64, slowClocks []int) error
 	collect   func(context.Context) error // reads the guard's resource into the artifacts (nil: no guard)
 }
 
@@ -93,18 +76,18 @@ func (r runner) run(ctx context.Context) (*Report, error) {
 	}
 	r.logf("cluster up: artifacts in %s; replay with DLOCK_SEED=%d", h.Dir, cfg.Seed)
 	// Let every workload grant once before the first fault.
-	sleep(ctx, cfg.TTL)
+	env.Sleep(ctx, cfg.TTL)
 	// With cfg.Faults, each class in turn, in a seeded order; else classes
 	// drawn at random until cfg.Duration has passed.
 	order := slices.Clone(cfg.Classes)
 	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	var faults []Fault
+	var faults []history.Fault
 	begin := time.Now()
 	for n := 1; ctx.Err() == nil; n++ {
 		if cfg.Faults > 0 && n > cfg.Faults || cfg.Faults == 0 && time.Since(begin) >= cfg.Duration {
 			break
 		}
-		f := Fault{N: n, Class: cfg.Classes[r.rng.IntN(len(cfg.Classes))]}
+		f := history.Fault{N: n, Class: cfg.Classes[r.rng.IntN(len(cfg.Classes))]}
 		if cfg.Faults > 0 {
 			f.Class = order[(n-1)%len(order)]
 		}
@@ -113,7 +96,7 @@ func (r runner) run(ctx context.Context) (*Report, error) {
 		if err := writeJSON(filepath.Join(h.Dir, "schedule.json"), faults); err != nil {
 			return nil, err
 		}
-		sleep(ctx, cfg.Gap)
+		env.Sleep(ctx, cfg.Gap)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -170,17 +153,17 @@ func Recheck(dir string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.redis() {
-		cfg.redisDefaults()
+	if cfg.Redis() {
+		cfg.RedisDefaults()
 	}
-	cfg.defaults()
+	cfg.Defaults()
 	return rep, rep.check(cfg, e.End, e.SlowClocks)
 }
 
 // load reads a saved run: its config, schedule and end.
-func load(dir string) (Config, *Report, runEnd, error) {
-	var cfg Config
-	var faults []Fault
+func load(dir string) (env.Config, *Report, runEnd, error) {
+	var cfg env.Config
+	var faults []history.Fault
 	var e runEnd
 	for name, v := range map[string]any{"config.json": &cfg, "schedule.json": &faults, "end.json": &e} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
@@ -191,475 +174,18 @@ func load(dir string) (Config, *Report, runEnd, error) {
 			return cfg, nil, e, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	return cfg, &Report{Seed: cfg.Seed, Dir: dir, Faults: faults, Failures: slices.Clone(e.Failures)}, e, nil
+	return cfg, &Report{Seed: cfg.Seed, Dir: dir, Faults: faults, Result: check.Result{Failures: slices.Clone(e.Failures)}}, e, nil
 }
 
-// check runs every checker over the run's histories and fills the rows
-// (per workload, and per backend and fault class) and the verdicts.
-//
-// An etcd run fails on every violation. A Redis run (measured) notes the
-// lock's own violations instead (Done after a successor, token
-// regressions, a fenced register that is not linearizable) and counts
-// them: they are what the table measures for backends whose guarantees
-// do not exclude them. Every run fails on a stale or tokenless write
-// admitted, on no progress after a heal, and on a fault it could not
-// inject or heal.
-func (rep *Report) check(cfg Config, end int64, slowClocks []int) error {
-	events, err := history.ReadWorkers(filepath.Join(rep.Dir, "history"))
-	if err != nil {
-		return err
-	}
-	records, err := history.ReadLines[history.Record](filepath.Join(rep.Dir, "resource.jsonl"))
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	var audit []history.Record
-	if cfg.Guard == "http" || cfg.Guard == "grpc" {
-		// The resource process is the guarded server: its log is the
-		// record of what it admitted.
-		for _, r := range records {
-			if r.Kind == history.Write {
-				audit = append(audit, r)
-			}
-		}
-	} else if cfg.Guard != "" {
-		// What the guard admitted: the fenced register's writes (the
-		// resource process's log has none).
-		if audit, err = history.ReadLines[history.Record](filepath.Join(rep.Dir, "audit.jsonl")); err != nil {
-			rep.Failures = append(rep.Failures, "guard: no audit of the admitted writes: "+err.Error())
-		}
-		records = append(records, audit...)
-	}
-	measured := cfg.redis()
-	verdict := func(vs ...string) {
-		if measured {
-			rep.Notes = append(rep.Notes, vs...)
-		} else {
-			rep.Failures = append(rep.Failures, vs...)
-		}
-	}
-	for _, f := range rep.Faults {
-		if f.Err != "" { // the run did not test what it says
-			rep.Failures = append(rep.Failures, fmt.Sprintf("fault %d %s: %s", f.N, f.Class, f.Err))
-		}
-	}
-	ex := exemptions{faults: rep.Faults, slow: map[int]bool{}}
-	if !measured {
-		ex.ev = readEvidence(filepath.Join(rep.Dir, "etcd"))
-		if ex.ev.err != nil {
-			rep.Notes = append(rep.Notes, "evidence: "+ex.ev.err.Error())
-		}
-	}
-	for _, id := range slowClocks {
-		ex.slow[id] = true
-	}
-	classes := newByClass(rep.Faults)
-	numbered := map[string]bool{}
-	for _, e := range events {
-		if k := SpanKey(e.W, e.Workload, e.G); e.Kind == history.Grant {
-			if numbered[k] {
-				rep.Failures = append(rep.Failures, "history: two grants numbered "+k+": a span would hide one")
-			}
-			numbered[k] = true
-		}
-	}
-	spans := Spans(events, end)
-	ex.last = lastOnLease(spans)
-	doubles := DoubleGrants(records)
-	stale := StaleAdmitted(records)
-	bound := cfg.RecoveryBound()
-	for _, wl := range cfg.Workloads {
-		lock := "dlock-" + wl
-		backend := "etcd"
-		if measured {
-			backend = wl
-		}
-		at := func(t int64) *Row { return classes.row(backend, t) }
-		var judged []Span
-		for _, s := range spans[wl] {
-			if s.Grant <= end {
-				judged = append(judged, s)
-				at(s.Grant).Grants++
-			}
-		}
-		row := Row{Workload: wl, Grants: len(judged)}
-		if via := grantsBy(judged); len(via) > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: of %d grants, %s", wl, len(judged), via))
-		}
-		for _, r := range doubles {
-			if r.Lock == lock {
-				row.Double++
-				at(r.T).Double++
-			}
-		}
-		for _, r := range stale {
-			if r.Lock == lock {
-				row.Stale++
-				at(r.T).Stale++
-				if row.Stale <= 3 {
-					rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register admitted a stale write: tok %d at %s", wl, r.Tok, clock(r.T)))
-				}
-			}
-		}
-		for _, r := range records {
-			if r.Kind == history.Write && r.Lock == lock && r.Tok == 0 {
-				row.Stale++
-				at(r.T).Stale++
-				rep.Failures = append(rep.Failures, fmt.Sprintf("%s: fenced register admitted a write without a token at %s", wl, clock(r.T)))
-			}
-		}
-		if row.Stale > 3 {
-			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: ... and %d more stale writes admitted", wl, row.Stale-3))
-		}
-		if fencedWorkload(wl) {
-			ok, ops, info := Linearizable(wl, events)
-			row.Linear = fmt.Sprintf("ok (%d ops)", ops)
-			if ops == 0 && row.Grants > 0 {
-				rep.Failures = append(rep.Failures, wl+": no fenced operation recorded: the register check saw nothing")
-			}
-			if !ok {
-				row.Linear, _, _ = strings.Cut(info, "\n")
-				verdict(fmt.Sprintf("%s: fenced register not linearizable (%s, %d operations)", wl, info, ops))
-			}
-		} else if res := fencedResults(wl, events); len(res) > 0 {
-			all := res["ok"] + res["stale"] + res["error"]
-			row.Linear = fmt.Sprintf("n/a: %d of %d refused", res["stale"], all)
-		}
-		var counted []string
-		for _, group := range bySuccessor(DoneAfterSuccessor(wl, judged, cfg.Permits)) {
-			// A grant beyond capacity is excused when the holders no fault
-			// excuses do not fill the capacity by themselves.
-			var fair []Violation
-			for _, v := range group {
-				if why := ex.of(v); why == "" {
-					fair = append(fair, v)
-				} else {
-					rep.Exempted = append(rep.Exempted, fmt.Sprintf("%s: %s — %s", wl, v, why))
-				}
-			}
-			capacity := 1
-			if wl == "semaphore" {
-				capacity = cfg.Permits
-			}
-			c := at(group[0].After.Grant)
-			if len(fair) < capacity {
-				row.Exempt += len(group)
-				c.Exempt += len(group)
-				continue
-			}
-			row.DoneAfter += len(fair)
-			row.Exempt += len(group) - len(fair)
-			c.DoneAfter += len(fair)
-			c.Exempt += len(group) - len(fair)
-			for _, v := range fair {
-				counted = append(counted, v.String())
-			}
-		}
-		verdict(listed(wl+": Done after a successor's grant", counted)...)
-		var fair []Span
-		for _, s := range judged {
-			if ex.span(s) == "" {
-				fair = append(fair, s)
-			}
-		}
-		var regs []string
-		regressed := map[string]bool{}
-		for _, v := range TokenRegressions(wl, fair) {
-			regs = append(regs, v.String())
-			regressed[v.After.Key] = true
-			at(v.After.Grant).Regressions++
-		}
-		row.Regressions = len(regs)
-		// The regressions the excused grants make, listed with why.
-		for _, v := range TokenRegressions(wl, judged) {
-			if regressed[v.After.Key] {
-				continue
-			}
-			why := cmp.Or(ex.span(v.Before), ex.span(v.After), "an excused grant between them")
-			rep.Exempted = append(rep.Exempted, fmt.Sprintf("%s: %s — %s", wl, v, why))
-		}
-		verdict(listed(wl, regs)...)
-		for _, a := range acquires(events, wl, end) {
-			row.Acquire = append(row.Acquire, a.took)
-			at(a.granted).Acquire = append(at(a.granted).Acquire, a.took)
-		}
-		var fails []string
-		for i, d := range recovery(wl, judged, rep.Faults, end, bound, &fails) {
-			row.Recovery = append(row.Recovery, d)
-			c := classes.rowOf(backend, rep.Faults[i].Class)
-			c.Recovery = append(c.Recovery, d)
-		}
-		rep.Failures = append(rep.Failures, fails...)
-		if measured {
-			late := lateOps(wl, judged, events)
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: ops sent after their grant's validity ran out (e.g. a holder resumed from a pause): unfenced %d admitted, %d no reply; fenced %d admitted, %d refused, %d no reply",
-				wl, late[history.Unfenced]["ok"], late[history.Unfenced]["error"], late[history.Fenced]["ok"], late[history.Fenced]["stale"], late[history.Fenced]["error"]))
-		}
-		rep.Rows = append(rep.Rows, row)
-	}
-	rep.ByClass = classes.rows
-	if cfg.Guard != "" {
-		rep.checkGuard(cfg, events, audit, records)
-	}
-	return nil
+// check runs the checkers (check.Result.Check) over the run's
+// histories, with what they need of cfg, and fills rep's rows and
+// verdicts.
+func (rep *Report) check(cfg env.Config, end int64, slowClocks []int) error {
+	return rep.Result.Check(check.Settings{
+		Dir: rep.Dir, Faults: rep.Faults, Workloads: cfg.Workloads, Permits: cfg.Permits, Guard: cfg.Guard,
+		Measured: cfg.Redis(), RecoveryBound: cfg.RecoveryBound(), End: end, SlowClocks: slowClocks,
+	})
 }
-
-// grantsBy says how many of spans were acquired by a try and by LockAll
-// ("" if none was).
-func grantsBy(spans []Span) string {
-	n := map[string]int{}
-	for _, s := range spans {
-		n[s.Via]++
-	}
-	var out []string
-	for _, v := range []string{"try", "all"} {
-		if n[v] > 0 {
-			out = append(out, fmt.Sprintf("%d by %s", n[v], map[string]string{"try": "a try", "all": "LockAll"}[v]))
-		}
-	}
-	return strings.Join(out, ", ")
-}
-
-// redis tells whether the run is a Redis run.
-func (c Config) redis() bool {
-	return slices.ContainsFunc(c.Workloads, func(wl string) bool { return slices.Contains(RedisWorkloads, wl) })
-}
-
-// byClass sums a run's figures per backend and fault class: what happened
-// from a fault's start until the next fault's is the fault's (its heal and
-// the quiet after it included); what came before the first fault is
-// "none".
-type byClass struct {
-	faults []Fault
-	rows   []Row
-	at     map[[2]string]int
-}
-
-func newByClass(faults []Fault) *byClass { return &byClass{faults: faults, at: map[[2]string]int{}} }
-
-// row returns the row of backend's fault class at t.
-func (b *byClass) row(backend string, t int64) *Row {
-	class := "none"
-	for _, f := range b.faults {
-		if f.Start > t {
-			break
-		}
-		class = f.Class
-	}
-	return b.rowOf(backend, class)
-}
-
-func (b *byClass) rowOf(backend, class string) *Row {
-	k := [2]string{backend, class}
-	i, ok := b.at[k]
-	if !ok {
-		i = len(b.rows)
-		b.at[k] = i
-		b.rows = append(b.rows, Row{Workload: backend, Class: class})
-	}
-	return &b.rows[i]
-}
-
-// bySuccessor groups violations by their later grant, in order.
-func bySuccessor(vs []Violation) [][]Violation {
-	var out [][]Violation
-	at := map[string]int{}
-	for _, v := range vs {
-		i, ok := at[v.After.Key]
-		if !ok {
-			i = len(out)
-			at[v.After.Key] = i
-			out = append(out, nil)
-		}
-		out[i] = append(out[i], v)
-	}
-	return out
-}
-
-// fencedWorkload tells whether a workload writes the fenced register
-// with a token: a semaphore's permits overlap by design, and Redlock has
-// none (its Seq 0 is refused by every guard: it writes, and is refused).
-func fencedWorkload(wl string) bool { return wl != "semaphore" && wl != "redlock" }
-
-// listed turns violations into verdicts: the first three in full, then a
-// count.
-func listed(what string, vs []string) []string {
-	var out []string
-	for i, v := range vs {
-		if i == 3 {
-			out = append(out, fmt.Sprintf("%s: ... and %d more", what, len(vs)-3))
-			break
-		}
-		out = append(out, what+": "+v)
-	}
-	return out
-}
-
-// recovery checks progress after each heal: when the next fault (or the
-// end) comes at least bound after it, the workload must grant within
-// bound of the heal (else a failure goes to fails). It returns, by the
-// fault's index, the recovery times it saw (heal to the first grant
-// before the next fault).
-func recovery(wl string, spans []Span, faults []Fault, end int64, bound time.Duration, fails *[]string) map[int]time.Duration {
-	grants := make([]int64, 0, len(spans))
-	for _, s := range spans {
-		grants = append(grants, s.Grant)
-	}
-	slices.Sort(grants)
-	rec := map[int]time.Duration{}
-	for i, f := range faults {
-		next := end
-		if i+1 < len(faults) {
-			next = faults[i+1].Start
-		}
-		j := sort.Search(len(grants), func(k int) bool { return grants[k] > f.Heal })
-		if j < len(grants) && grants[j] <= next {
-			rec[i] = time.Duration(grants[j] - f.Heal)
-		}
-		if time.Duration(next-f.Heal) < bound {
-			continue // the next fault came too soon to judge
-		}
-		if j == len(grants) || time.Duration(grants[j]-f.Heal) > bound {
-			*fails = append(*fails, fmt.Sprintf("%s: no progress: no grant within %v after %s (fault %d) healed at %s", wl, bound, f.Class, f.N, clock(f.Heal)))
-		}
-	}
-	return rec
-}
-
-// acquire is one successful acquire: when it was granted, how long it
-// took.
-type acquire struct {
-	granted int64
-	took    time.Duration
-}
-
-func acquires(events []history.Event, wl string, end int64) []acquire {
-	start := map[[2]int]int64{}
-	var out []acquire
-	for _, e := range events {
-		if e.Workload != wl || e.T > end {
-			continue
-		}
-		switch e.Kind {
-		case history.Acquire:
-			if e.Via != "try" { // a try does not wait: its time is no acquire latency
-				start[[2]int{e.W, e.G}] = e.T
-			}
-		case history.Grant:
-			if t, ok := start[[2]int{e.W, e.G}]; ok {
-				out = append(out, acquire{granted: e.T, took: time.Duration(e.T - t)})
-			}
-		}
-	}
-	return out
-}
-
-// exemptions says which violations a fault excuses, by evidence: the
-// lock cannot keep a holder from acting while its process is stopped or
-// its clock is slow (the token must save the resource then), nor when etcd
-// itself revokes a live lease (a leader resumed after a pause longer than
-// the TTL, whose lessor still believes it leads).
-type exemptions struct {
-	faults []Fault
-	slow   map[int]bool
-	ev     evidence
-	last   map[int64]string // per lease, the key of the last span granted on it
-}
-
-// byServer tells whether a grant's or an acquire's error says the server
-// took it: its key deleted, or its lease gone (or not found).
-func byServer(err string) bool {
-	for _, s := range []string{"key deleted", "lease gone", "lease not found"} {
-		if strings.Contains(err, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// lastOnLease maps each lease to the key of the last span granted on it.
-func lastOnLease(spans map[string][]Span) map[int64]string {
-	last := map[int64]Span{}
-	for _, ss := range spans {
-		for _, s := range ss {
-			if l, ok := last[s.Lease]; s.Lease != 0 && (!ok || s.Grant > l.Grant) {
-				last[s.Lease] = s
-			}
-		}
-	}
-	out := make(map[int64]string, len(last))
-	for l, s := range last {
-		out[l] = s.Key
-	}
-	return out
-}
-
-// revoked returns the evidence that etcd's stale-leader revoke ended s,
-// or "": its holder saw the server take it (Done with its key deleted or
-// its lease gone, or an Unlock that found them gone: not its own
-// release, nor its session's Close, which come after), s is the last
-// grant on its lease (the earlier ones ended before the revoke, which
-// ended the session), and the lease's first committed revoke came from a
-// deposed leader.
-func (ex exemptions) revoked(s Span) string {
-	if s.Lease == 0 || ex.last[s.Lease] != s.Key || !byServer(s.Err) && !byServer(s.ReleaseErr) {
-		return ""
-	}
-	if why := ex.ev.staleRevoke(s.Lease); why != "" {
-		return "etcd revoke: " + why
-	}
-	return ""
-}
-
-// of returns why v is excused, with the evidence, or "".
-func (ex exemptions) of(v Violation) string {
-	b := v.Before
-	if ex.slow[b.W] {
-		return fmt.Sprintf("slow clock: w%d ran its deadlines at half speed", b.W)
-	}
-	if why := ex.stopped(b.W, b.Acquire, v.After.Grant); why != "" {
-		return why
-	}
-	if why := ex.revoked(b); why != "" {
-		return why
-	}
-	// The later grant's own key taken: it was ahead in the queue (a lower
-	// token), granted at a revision where it was first, and its key was
-	// deleted by the revoke before the holder's grant, which a member
-	// further along told its client first (campaign c3: 8 ms apart).
-	if a := v.After; a.Tok != 0 && a.Tok < b.Tok {
-		if why := ex.revoked(a); why != "" {
-			return "the later grant's own: " + why
-		}
-	}
-	return ""
-}
-
-// stopped returns the evidence that worker w was stopped (SIGSTOP, then
-// SIGCONT) at some moment of [from, to], or "".
-func (ex exemptions) stopped(w int, from, to int64) string {
-	for _, f := range ex.faults {
-		if strings.HasPrefix(f.Class, "pause-") && slices.Contains(f.Workers, w) && f.Stopped != 0 && f.Stopped <= to && f.Heal >= from {
-			return fmt.Sprintf("paused: w%d stopped from %s to %s (fault %d %s)", w, clock(f.Stopped), clock(f.Heal), f.N, f.Class)
-		}
-	}
-	return ""
-}
-
-// span returns why span s is excused from the token order, or "": its
-// worker was on a slow clock, or stopped between its acquire and its end
-// (a grant stamped late), or etcd's stale-leader revoke took its lease.
-func (ex exemptions) span(s Span) string {
-	if ex.slow[s.W] {
-		return "slow clock"
-	}
-	if why := ex.stopped(s.W, s.Acquire, s.EffectiveEnd); why != "" {
-		return why
-	}
-	return ex.revoked(s)
-}
-
-func clock(ns int64) string { return history.Time(ns).Format("15:04:05.000") }
 
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -719,7 +245,7 @@ func (rep *Report) String() string {
 }
 
 // Table renders rows as the README's markdown table.
-func Table(rows []Row) string {
+func Table(rows []check.Row) string {
 	var b strings.Builder
 	b.WriteString("| workload | grants | double grants (unfenced) | stale admitted (fenced) | linearizable | Done after successor: counted (exempt) | token regressions | recovery p50/max | acquire p50/p99 |\n")
 	b.WriteString("|---|---:|---:|---:|---|---:|---:|---|---|\n")
@@ -737,9 +263,9 @@ func Table(rows []Row) string {
 
 // ClassTable renders per-class rows (Report.ByClass), sorted by backend
 // and class.
-func ClassTable(rows []Row) string {
+func ClassTable(rows []check.Row) string {
 	rows = slices.Clone(rows)
-	slices.SortStableFunc(rows, func(a, b Row) int {
+	slices.SortStableFunc(rows, func(a, b check.Row) int {
 		return cmp.Or(strings.Compare(a.Workload, b.Workload), strings.Compare(a.Class, b.Class))
 	})
 	var b strings.Builder

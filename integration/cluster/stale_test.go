@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
+	"github.com/dlock-go/dlock/integration/cluster/check"
+	"github.com/dlock-go/dlock/integration/cluster/env"
 	"github.com/dlock-go/dlock/integration/cluster/history"
 	"github.com/dlock-go/dlock/integration/etcdtest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestStaleLeader runs the stale-leader fault (SIGSTOP the etcd leader for
@@ -55,7 +56,7 @@ func TestStaleLeader(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 			defer cancel()
-			cfg := Config{
+			cfg := env.Config{
 				Seed: s, EtcdBin: v.bin, EtcdOmit: v.omit, Dir: artifacts(t),
 				Classes: []string{"stale-leader"}, Faults: faults, Workloads: []string{"mutex", "election"},
 			}
@@ -104,7 +105,7 @@ type took struct {
 // stale-leader exemption excused, and the grants and waits that ended
 // because the server deleted the key or reported the lease gone while the
 // session still had time (a revoke of a live lease shows as these).
-func serverTook(t *testing.T, rep *Report, cfg Config) took {
+func serverTook(t *testing.T, rep *Report, cfg env.Config) took {
 	t.Helper()
 	events, err := history.ReadWorkers(filepath.Join(rep.Dir, "history"))
 	require.NoError(t, err)
@@ -115,29 +116,29 @@ func serverTook(t *testing.T, rep *Report, cfg Config) took {
 	var out took
 	lost := map[string]bool{}
 	for _, ev := range events {
-		if ev.T > e.End || !byServer(ev.Err) {
+		if ev.T > e.End || !check.ByServer(ev.Err) {
 			continue
 		}
 		switch {
 		case ev.Kind == history.End && ev.How == "done" && ev.Deadline == 0, ev.Kind == history.Released:
-			lost[SpanKey(ev.W, ev.Workload, ev.G)] = true
+			lost[check.SpanKey(ev.W, ev.Workload, ev.G)] = true
 		case ev.Kind == history.Fail:
 			out.waits++
 		}
 	}
 	out.grants = len(lost)
-	cfg.defaults()
-	spans := Spans(events, e.End)
-	ex := exemptions{faults: rep.Faults, slow: map[int]bool{}, ev: readEvidence(filepath.Join(rep.Dir, "etcd")), last: lastOnLease(spans)}
+	cfg.Defaults()
+	spans := check.Spans(events, e.End)
+	excuse := check.Excuses(rep.Dir, rep.Faults, spans)
 	for _, wl := range cfg.Workloads {
-		var judged []Span
+		var judged []check.Span
 		for _, s := range spans[wl] {
 			if s.Grant <= e.End {
 				judged = append(judged, s)
 			}
 		}
-		for _, v := range DoneAfterSuccessor(wl, judged, cfg.Permits) {
-			why := ex.of(v)
+		for _, v := range check.DoneAfterSuccessor(wl, judged, cfg.Permits) {
+			why := excuse(v)
 			if !strings.HasPrefix(why, "etcd revoke") {
 				continue
 			}
@@ -152,7 +153,7 @@ func serverTook(t *testing.T, rep *Report, cfg Config) took {
 }
 
 // ended says how a grant ended: "at Done: <err>", or "by Unlock: <err>".
-func ended(s Span) string {
+func ended(s check.Span) string {
 	switch {
 	case s.How == "done":
 		return "at Done: " + s.Err

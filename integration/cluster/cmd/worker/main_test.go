@@ -29,18 +29,38 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // mutex worker holding its grant until SIGTERM, against one etcd member and one resource, all real
 // processes on loopback, and checks what a fault-free run must show.
 func TestWorkloads(t *testing.T) {
+	dir := t.TempDir()
+	workers, holder := runWorkloads(t, dir)
+	events, err := history.ReadWorkers(filepath.Join(dir, "history"))
+	require.NoError(t, err)
+	records, err := history.ReadLines[history.Record](filepath.Join(dir, "resource.jsonl"))
+	require.NoError(t, err)
+	fencedWrites := checkWorkloadHistories(t, events, workers, holder, len(records))
+	checkWorkloadRecords(t, records, fencedWrites)
+}
+
+// The workloads TestWorkloads runs, and each worker's grants (but the
+// holder's).
+var (
+	testWorkloads = []string{"mutex", "semaphore", "rwmutex", "election"}
+	testRounds    = 4
+)
+
+// runWorkloads runs TestWorkloads' workers and resource, with their
+// histories and log in dir, until they exit; it returns the workers by
+// ID, and the holder's ID.
+func runWorkloads(t *testing.T, dir string) (map[int]*proc, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	etcd := etcdtest.New(t)
 	bin := t.TempDir()
 	build(ctx, t, filepath.Join(bin, "worker"), ".")
 	build(ctx, t, filepath.Join(bin, "resource"), "../resource")
-	dir := t.TempDir()
 
 	res, addr := startResource(ctx, t, filepath.Join(bin, "resource"), filepath.Join(dir, "resource.jsonl"))
 
-	const rounds = 4
-	workloads := []string{"mutex", "semaphore", "rwmutex", "election"}
+	rounds, workloads := testRounds, testWorkloads
 	args := func(id int, workload string) []string {
 		return []string{
 			"-id", fmt.Sprint(id), "-workload", workload, "-endpoints", strings.Join(etcd.Endpoints(), ","),
@@ -73,12 +93,15 @@ func TestWorkloads(t *testing.T) {
 	require.NoError(t, res.wait(), "resource:\n%s", res.stderr.String())
 	require.False(t, t.Failed())
 
-	events, err := history.ReadWorkers(filepath.Join(dir, "history"))
-	require.NoError(t, err)
-	records, err := history.ReadLines[history.Record](filepath.Join(dir, "resource.jsonl"))
-	require.NoError(t, err)
+	return workers, holder
+}
 
-	// The workers' histories, grant by grant.
+// checkWorkloadHistories checks the workers' histories, grant by grant,
+// for what a fault-free run must show, and returns the fenced writes the
+// workers made.
+func checkWorkloadHistories(t *testing.T, events []history.Event, workers map[int]*proc, holder, nrecords int) int {
+	t.Helper()
+	rounds, workloads := testRounds, testWorkloads
 	type key struct{ w, g int }
 	type grant struct {
 		ends     []history.Event
@@ -124,7 +147,7 @@ func TestWorkloads(t *testing.T) {
 			t.Logf("fail: %+v", ev)
 		}
 	}
-	t.Logf("grants per workload: %v; lost: %d; fenced writes: %d; resource records: %d", perWorkload, lost, fencedWrites, len(records))
+	t.Logf("grants per workload: %v; lost: %d; fenced writes: %d; resource records: %d", perWorkload, lost, fencedWrites, nrecords)
 	for _, wl := range workloads {
 		assert.GreaterOrEqual(t, perWorkload[wl], 3*rounds, wl)
 	}
@@ -145,8 +168,13 @@ func TestWorkloads(t *testing.T) {
 		assert.Equal(t, "unlock", gr.ends[0].How, "SIGTERM ends the grant by unlocking it")
 	}
 
-	// The resource: no overlap or lost update, and the fenced writes all
-	// admitted, each lock's in sequence.
+	return fencedWrites
+}
+
+// checkWorkloadRecords checks the resource's log: no overlap or lost
+// update, and the fenced writes all admitted, each lock's in sequence.
+func checkWorkloadRecords(t *testing.T, records []history.Record, fencedWrites int) {
+	t.Helper()
 	writes := 0
 	next := make(map[string]int64)
 	for _, r := range records {

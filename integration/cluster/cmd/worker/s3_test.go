@@ -17,6 +17,19 @@ import (
 // and refusals, the read's token check, the control, and which failures
 // are recorded unsent.
 func TestS3Store(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := openTestS3(ctx, t)
+	defer s.Close()
+	const lock = "dlock-mutex"
+	checkS3Register(ctx, t, s, lock)
+	checkS3Control(ctx, t, s, lock)
+	checkS3CutOff(ctx, t, s, lock)
+}
+
+// openTestS3 opens the -guard s3 store on a bucket of a new versitygw.
+func openTestS3(ctx context.Context, t *testing.T) *s3Store {
+	t.Helper()
 	srv := s3test.Start(t)
 	bucket := srv.NewBucket(t)
 	u, err := url.Parse(srv.Endpoint)
@@ -29,15 +42,17 @@ func TestS3Store(t *testing.T) {
 	old := *guardDSN
 	t.Cleanup(func() { *guardDSN = old })
 	*guardDSN = dsn(u.Host)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
 	s, err := openS3(ctx, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	const lock = "dlock-mutex"
+	return s
+}
 
+// checkS3Register checks Put's admissions and refusals and the read's
+// token check.
+func checkS3Register(ctx context.Context, t *testing.T, s *s3Store, lock string) {
+	t.Helper()
 	if v, _, err, _ := s.read(ctx, lock, 5); err != nil || v != 0 {
 		t.Fatalf("read of no object: %d, %v", v, err)
 	}
@@ -50,7 +65,7 @@ func TestS3Store(t *testing.T) {
 	if _, _, err, _ := s.read(ctx, lock, 4); !errors.Is(err, fence.ErrStaleToken) {
 		t.Fatalf("read tok 4 after a write of 5: %v, want stale", err)
 	}
-	err = s.write(ctx, lock, 4, 9)
+	err := s.write(ctx, lock, 4, 9)
 	if !errors.Is(err, fence.ErrStaleToken) || s.unsent(err) {
 		t.Fatalf("write tok 4: %v (unsent %v), want stale", err, s.unsent(err))
 	}
@@ -70,7 +85,11 @@ func TestS3Store(t *testing.T) {
 	if v, _, err, _ := s.read(ctx, lock, 3); err != nil || v != 3 {
 		t.Fatalf("read after the plain write: %d, %v", v, err)
 	}
+}
 
+// checkS3Control checks the control's reads and writes.
+func checkS3Control(ctx context.Context, t *testing.T, s *s3Store, lock string) {
+	t.Helper()
 	if v, err := s.controlRead(ctx, lock); err != nil || v != 0 {
 		t.Fatalf("control: %d, %v", v, err)
 	}
@@ -80,7 +99,12 @@ func TestS3Store(t *testing.T) {
 	if v, err := s.controlRead(ctx, lock); err != nil || v != 42 {
 		t.Fatalf("control: %d, %v", v, err)
 	}
+}
 
+// checkS3CutOff checks which failures are recorded unsent: with the
+// server cut off.
+func checkS3CutOff(ctx context.Context, t *testing.T, s *s3Store, lock string) {
+	t.Helper()
 	// The server cut off (every dial refused): Put fails at its HEAD
 	// and says nothing was written (unsent); so do the plain requests.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
