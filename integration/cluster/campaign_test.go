@@ -40,7 +40,7 @@ func TestCampaign(t *testing.T) {
 	if err != nil || d <= 0 {
 		t.Skip("set DLOCK_CAMPAIGN to a duration (30m) to run the campaign")
 	}
-	need(t)
+	env.Need(t)
 	var only []string
 	if s := os.Getenv("DLOCK_CAMPAIGN_ONLY"); s != "" {
 		only = strings.Split(s, ",")
@@ -58,7 +58,7 @@ func TestCampaign(t *testing.T) {
 			cfg.Seed = base + int64(i+1)
 			cfg.Duration = d
 			if cfg.Redis() {
-				needRedis(t)
+				env.NeedRedis(t)
 				verdict(t, runRedisCluster(t, ctx, cfg))
 				return
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,23 +15,6 @@ import (
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
-
-// need ends the test unless this machine can run the harness: root (for
-// namespaces, iptables and FUSE), iproute2 and iptables.
-func need(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		testenv.Missing(t, "netns", "the cluster harness needs root (network namespaces, iptables, FUSE)")
-	}
-	for _, bin := range []string{"ip", "iptables", "tc"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			testenv.Missing(t, "netns", bin+" not found (apt-get install iproute2 iptables)")
-		}
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		testenv.Missing(t, "fuse", "/dev/fuse not found")
-	}
-}
 
 // seed is DLOCK_SEED, or def.
 func seed(t *testing.T, def int64) int64 {
@@ -104,7 +86,7 @@ func runCluster(t *testing.T, ctx context.Context, cfg env.Config) *Report {
 // sees none is too gentle to count.
 func TestSmoke(t *testing.T) {
 	testenv.SkipUnlessLong(t, "~5 min: every etcd fault class against the four workloads")
-	need(t)
+	env.Need(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
@@ -129,7 +111,7 @@ func TestSoak(t *testing.T) {
 	if err != nil || d <= 0 {
 		t.Skip("set DLOCK_SOAK to a duration (30m) to run the soak")
 	}
-	need(t)
+	env.Need(t)
 	ctx, cancel := context.WithTimeout(t.Context(), d+15*time.Minute)
 	defer cancel()
 	per := 8
@@ -167,7 +149,7 @@ func verdict(t *testing.T, rep *Report) {
 // stalled disk, a member replaced) on 5 members, once each.
 func TestNewFaults(t *testing.T) {
 	testenv.SkipUnlessLong(t, "~1 min: leader transfer, a stalled disk, a member replaced")
-	need(t)
+	env.Need(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()

@@ -22,7 +22,7 @@ import (
 // needGuard ends the test unless guard's server can run here.
 func needGuard(t *testing.T, guard string) {
 	t.Helper()
-	need(t)
+	env.Need(t)
 	switch guard {
 	case "pg":
 		if _, err := env.PgBin(); err != nil {

@@ -16,7 +16,7 @@ import (
 // report it.
 func TestPlanted(t *testing.T) {
 	testenv.SkipUnlessLong(t, "~5 min: a cluster run per planted bug")
-	need(t)
+	env.Need(t)
 	t.Parallel()
 	for _, c := range plantedCases {
 		t.Run(c.name, func(t *testing.T) {

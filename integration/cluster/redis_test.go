@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -14,20 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// needRedis ends the test unless redis-server, redis-sentinel and gcc (for
-// the fast-clock shim) are on PATH.
-func needRedis(t *testing.T) {
-	t.Helper()
-	for _, bin := range []string{"redis-server", "redis-sentinel"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			testenv.Missing(t, "redis", bin+" not found (apt-get install redis-server redis-sentinel)")
-		}
-	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		testenv.Missing(t, "gcc", "gcc not found: the fast-clock shim is built with it (apt-get install gcc)")
-	}
-}
 
 // runRedisCluster runs cfg with RunRedis under t, logging progress, and
 // returns the report.
@@ -52,8 +37,8 @@ func runRedisCluster(t *testing.T, ctx context.Context, cfg env.Config) *Report 
 // not stop cleanly, or a lock key outlives the run.
 func TestSmokeRedis(t *testing.T) {
 	testenv.SkipUnlessLong(t, "~3 min: every Redis fault class against Sentinel and Redlock")
-	need(t)
-	needRedis(t)
+	env.Need(t)
+	env.NeedRedis(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
@@ -73,8 +58,8 @@ func TestSoakRedis(t *testing.T) {
 	if err != nil || d <= 0 {
 		t.Skip("set DLOCK_SOAK_REDIS to a duration (30m) to run the Redis soak")
 	}
-	need(t)
-	needRedis(t)
+	env.Need(t)
+	env.NeedRedis(t)
 	ctx, cancel := context.WithTimeout(t.Context(), d+15*time.Minute)
 	defer cancel()
 	per := 6

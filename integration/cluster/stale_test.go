@@ -40,7 +40,7 @@ func TestStaleLeader(t *testing.T) {
 	if os.Getenv("DLOCK_STALE_LEADER") != "1" {
 		t.Skip("opt-in: DLOCK_STALE_LEADER=1 go test -count=1 -run TestStaleLeader -v -timeout 30m ./integration/cluster")
 	}
-	need(t)
+	env.Need(t)
 	versions := []struct {
 		name string
 		bin  string

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,10 +20,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/dlock-go/dlock/contrib/s3fence"
 	"github.com/dlock-go/dlock/contrib/s3fence/s3test"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/integration/cluster/history"
+	"github.com/dlock-go/dlock/integration/cluster/s3obj"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -180,7 +179,7 @@ func (sg *S3Guard) Collect(ctx context.Context) error {
 	ctl := map[string]int64{}
 	for _, wl := range sg.h.Cfg.Workloads {
 		lock := "dlock-" + wl
-		body, _, err := s3Get(cctx, c, "ctl/"+lock, nil)
+		body, _, err := s3obj.Get(cctx, c, S3Bucket, "ctl/"+lock, nil)
 		if err != nil {
 			return fmt.Errorf("control %s: %w", lock, err)
 		}
@@ -195,25 +194,6 @@ func (sg *S3Guard) Collect(ctx context.Context) error {
 		return fmt.Errorf("versions: %w", err)
 	}
 	return writeGuardRecords(sg.h.Dir, recs, ctl)
-}
-
-// s3Get reads key (a version of it, if version is not nil): its body and
-// its dlock-token metadata; "" for a key that does not exist.
-func s3Get(ctx context.Context, c *s3.Client, key string, version *string) (string, string, error) {
-	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(S3Bucket), Key: aws.String(key), VersionId: version})
-	if err != nil {
-		var nsk *types.NoSuchKey
-		if errors.As(err, &nsk) {
-			return "", "", nil
-		}
-		return "", "", err
-	}
-	defer out.Body.Close()
-	body, err := io.ReadAll(out.Body)
-	if err != nil {
-		return "", "", err
-	}
-	return string(body), out.Metadata[s3fence.MetaToken], nil
 }
 
 // S3Versions reads every version of the register objects ("reg/L") as
@@ -243,7 +223,7 @@ func S3Versions(ctx context.Context, c *s3.Client) ([]history.Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s version %q: %w", v.key, v.id, err)
 		}
-		body, meta, err := s3Get(ctx, c, v.key, aws.String(v.id))
+		body, meta, err := s3obj.Get(ctx, c, S3Bucket, v.key, aws.String(v.id))
 		if err != nil {
 			return nil, fmt.Errorf("%s version %s: %w", v.key, v.id, err)
 		}

@@ -22,7 +22,7 @@ func dial(t *testing.T, h *Host, addr string) bool {
 // DropOneWay one way, Heal restores them; without the admin link nothing
 // is sent to the subnet; Close leaves no namespace and no route.
 func TestNet(t *testing.T) {
-	need(t)
+	Need(t)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not found")
 	}

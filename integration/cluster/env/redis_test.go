@@ -18,7 +18,7 @@ import (
 // under the shim: its TIME advances 2 s per real second, and a key set
 // with PX 2000 expires after about 1 s of real time.
 func TestFastClockShim(t *testing.T) {
-	needRedis(t)
+	NeedRedis(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,10 +14,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/dlock-go/dlock/contrib/s3fence"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/integration/cluster/s3obj"
 )
 
 // s3Store is the fenced register and the control in an S3 bucket
@@ -63,27 +62,11 @@ func (s *s3Store) Close() { s.tr.CloseIdleConnections() }
 
 func regKey(lock string) string { return "reg/" + lock }
 
-// get reads key's body and its dlock-token metadata ("" for a key that
-// does not exist).
-func (s *s3Store) get(ctx context.Context, key string) (string, string, error) {
-	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
-	if err != nil {
-		var nsk *types.NoSuchKey
-		if errors.As(err, &nsk) {
-			return "", "", nil
-		}
-		return "", "", err
-	}
-	defer out.Body.Close()
-	body, err := io.ReadAll(out.Body)
-	return string(body), out.Metadata[s3fence.MetaToken], err
-}
-
 // read is a plain GetObject of the register: one version, body and
 // metadata together. The token it was written under is checked as Put
 // would check it: a higher one refuses tok (stale). Nothing is raised.
 func (s *s3Store) read(ctx context.Context, lock string, tok uint64) (int64, bool, error, error) {
-	body, meta, err := s.get(ctx, regKey(lock))
+	body, meta, err := s3obj.Get(ctx, s.c, s.bucket, regKey(lock), nil)
 	if err != nil {
 		return 0, false, err, nil
 	}
@@ -162,7 +145,7 @@ func (s *s3Store) plainWrite(ctx context.Context, lock string, tok uint64, v int
 }
 
 func (s *s3Store) controlRead(ctx context.Context, lock string) (int64, error) {
-	body, _, err := s.get(ctx, "ctl/"+lock)
+	body, _, err := s3obj.Get(ctx, s.c, s.bucket, "ctl/"+lock, nil)
 	if err != nil || body == "" {
 		return 0, err
 	}
