@@ -144,18 +144,16 @@ func (c *config) validate() error {
 }
 
 func run(c config) (err error) {
-	if c.workload == "redis" || c.workload == "redlock" {
-		return runRedis(c) // redis.go
+	onRedis := c.workload == "redis" || c.workload == "redlock"
+	validate := c.validate
+	if onRedis {
+		validate = c.validateRedis
 	}
-	if err := c.validate(); err != nil {
+	if err := validate(); err != nil {
 		return err
-	}
-	if !fault.Enabled {
-		log.Print("built without -tags dlock_faults: end events carry no deadline, DLOCK_* faults are off")
 	}
 	stop, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-
 	hist, err := history.Create(c.history)
 	if err != nil {
 		return err
@@ -165,6 +163,17 @@ func run(c config) (err error) {
 			err = fmt.Errorf("history: %w", e)
 		}
 	}()
+	if onRedis {
+		return runRedis(stop, c, hist) // redis.go
+	}
+	return runEtcd(stop, c, hist)
+}
+
+// runEtcd is run for the etcd workloads.
+func runEtcd(stop context.Context, c config, hist *history.Writer) error {
+	if !fault.Enabled {
+		log.Print("built without -tags dlock_faults: end events carry no deadline, DLOCK_* faults are off")
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   c.endpoints,
 		DialTimeout: 5 * time.Second,

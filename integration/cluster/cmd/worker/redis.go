@@ -16,9 +16,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -73,10 +71,7 @@ func (c *config) validateRedis() error {
 }
 
 // runRedis is run for the workloads "redis" and "redlock".
-func runRedis(c config) (err error) {
-	if err := c.validateRedis(); err != nil {
-		return err
-	}
+func runRedis(stop context.Context, c config, hist *history.Writer) error {
 	dsn, err := redisDSN(c)
 	if err != nil {
 		return err
@@ -85,18 +80,6 @@ func runRedis(c config) (err error) {
 	if err != nil {
 		return err
 	}
-	stop, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer cancel()
-
-	hist, err := history.Create(c.history)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if e := hist.Close(); err == nil && e != nil {
-			err = fmt.Errorf("history: %w", e)
-		}
-	}()
 	cli, err := openRedis(stop, dcfg)
 	if cli == nil {
 		return err // nil when stopped
