@@ -72,10 +72,7 @@ func (u *unit) held(ctx context.Context, load int) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	b0 := bases(sessions)
-	if _, err := ps.each(ctx, func(i int, p *proc) (reply, error) {
-		return p.call(ctx, command{Op: opHold, Prefix: u.name, Base: b0[i], K: per, Watch: true})
-	}); err != nil {
+	if err := u.hold(ctx, ps, sessions, per); err != nil {
 		return nil, err
 	}
 	m, s1, err := u.d.idle(ctx)
@@ -191,6 +188,16 @@ func (u *unit) waiters(ctx context.Context, load int) ([]result, error) {
 	return []result{{m: m, note: note}}, nil
 }
 
+// hold has each session of the processes ps (sessions[i] in ps[i]) hold
+// k watched locks, named from bases(sessions) on.
+func (u *unit) hold(ctx context.Context, ps procs, sessions []int, k int) error {
+	b := bases(sessions)
+	_, err := ps.each(ctx, func(i int, p *proc) (reply, error) {
+		return p.call(ctx, command{Op: opHold, Prefix: u.name, Base: b[i], K: k, Watch: true})
+	})
+	return err
+}
+
 // sessions (d): load idle sessions, then each with 10 watched held locks;
 // the leader's cost over a window of each.
 func (u *unit) sessions(ctx context.Context, load int) ([]result, error) {
@@ -207,10 +214,7 @@ func (u *unit) sessions(ctx context.Context, load int) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	b0 := bases(sessions)
-	if _, err := ps.each(ctx, func(i int, p *proc) (reply, error) {
-		return p.call(ctx, command{Op: opHold, Prefix: u.name, Base: b0[i], K: 10, Watch: true})
-	}); err != nil {
+	if err := u.hold(ctx, ps, sessions, 10); err != nil {
 		return nil, err
 	}
 	held, _, err := u.d.idle(ctx)
@@ -231,10 +235,7 @@ func (u *unit) expiry(ctx context.Context, load int) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	hb := bases(hs)
-	if _, err := holders.each(ctx, func(i int, p *proc) (reply, error) {
-		return p.call(ctx, command{Op: opHold, Prefix: u.name, Base: hb[i], K: 1, Watch: true})
-	}); err != nil {
+	if err := u.hold(ctx, holders, hs, 1); err != nil {
 		return nil, err
 	}
 	waiters, err := u.spawn(ctx, ws)
