@@ -9,16 +9,18 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/redistest"
 	"github.com/dlock-go/dlock/integration/tlstest"
+	"github.com/dlock-go/dlock/internal/leaktest"
 	"github.com/dlock-go/dlock/lock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks with goleak that no goroutine outlives the tests, giving
+// go-redis's pools, which probe refused addresses, time to see their Close.
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 func TestParseDSN(t *testing.T) {
 	t.Parallel()

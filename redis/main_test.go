@@ -3,9 +3,9 @@ package redis_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/dlock-go/dlock/internal/leaktest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain checks with goleak that no goroutine outlives the tests, giving
+// go-redis's pools, which probe refused addresses, time to see their Close.
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
