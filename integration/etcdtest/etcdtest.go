@@ -105,6 +105,7 @@ type Cluster struct {
 type Member struct {
 	name      string
 	clientURL string // http(s)://127.0.0.1:port
+	peerURL   string // http://127.0.0.1:port
 	dir       string
 	args      []string
 	bin       string
@@ -112,7 +113,9 @@ type Member struct {
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	done chan struct{} // closed once cmd has been waited for
+	done chan struct{}  // closed once cmd has been waited for
+	held []net.Listener // the member's ports while it is down (holdPorts)
+	hold sync.WaitGroup // the goroutines that refuse connections on held
 }
 
 // New starts a cluster and registers its shutdown with t.Cleanup. It
@@ -180,7 +183,7 @@ func start(bin string, cfg config) (*Cluster, error) {
 			return c, err
 		}
 		peers[i] = "http://" + peer
-		m := &Member{name: fmt.Sprintf("m%d", i), clientURL: scheme + "://" + client, dir: filepath.Join(root, fmt.Sprintf("m%d", i)), bin: bin, certs: cfg.certs}
+		m := &Member{name: fmt.Sprintf("m%d", i), clientURL: scheme + "://" + client, peerURL: peers[i], dir: filepath.Join(root, fmt.Sprintf("m%d", i)), bin: bin, certs: cfg.certs}
 		initial = append(initial, m.name+"="+peers[i])
 		c.members = append(c.members, m)
 	}
@@ -299,6 +302,7 @@ func (c *Cluster) Close() {
 	for _, m := range c.members {
 		m.signal(syscall.SIGKILL)
 		m.wait()
+		m.releasePorts()
 	}
 	os.RemoveAll(c.root)
 }
@@ -399,6 +403,7 @@ func (m *Member) Stop(t testing.TB) {
 		t.Fatalf("etcdtest: stop %s: %v", m.name, err)
 	}
 	m.wait()
+	m.holdPorts()
 }
 
 // Kill crashes the member (SIGKILL: no hand-over of leadership) and waits
@@ -409,6 +414,46 @@ func (m *Member) Kill(t testing.TB) {
 		t.Fatalf("etcdtest: kill %s: %v", m.name, err)
 	}
 	m.wait()
+	m.holdPorts()
+}
+
+// holdPorts listens on the ports of a member that is down, so that no
+// other server (another test's, picking a port that is free) takes them
+// before Restart binds them again; a connection to them is closed at once,
+// as a down member's would fail. releasePorts lets them go. A port it
+// cannot listen on is left alone.
+func (m *Member) holdPorts() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.held) > 0 {
+		return
+	}
+	for _, u := range []string{m.clientURL, m.peerURL} {
+		l, err := net.Listen("tcp", u[strings.Index(u, "://")+3:])
+		if err != nil {
+			continue
+		}
+		m.held = append(m.held, l)
+		m.hold.Go(func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return // released
+				}
+				c.Close()
+			}
+		})
+	}
+}
+
+func (m *Member) releasePorts() {
+	m.mu.Lock()
+	for _, l := range m.held {
+		l.Close()
+	}
+	m.held = nil
+	m.mu.Unlock()
+	m.hold.Wait()
 }
 
 // Pause stops the member's process with SIGSTOP; Cont resumes it.
@@ -437,6 +482,7 @@ func (m *Member) Restart(t testing.TB) {
 			m.args[i] = "--initial-cluster-state=existing"
 		}
 	}
+	m.releasePorts()
 	if err := m.spawn(); err != nil {
 		t.Fatalf("etcdtest: restart: %v", err)
 	}
