@@ -79,7 +79,7 @@ func heapInUse() uint64 {
 // deleted by someone else is still reported (within one interval), and
 // only for that grant.
 func TestManyWatchedGrants(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures the whole process's goroutines and heap.
 	if testing.Short() {
 		t.Skip("acquires 10,000 locks")
 	}

@@ -84,7 +84,10 @@ func buildCheckout(src string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("etcd's go.sum: %w", err)
 	}
-	what := "etcd " + checkoutVersion(filepath.Join(src, "..", "go.mod")) + " (this checkout's integration/containers/etcd)"
+	what := "etcd (this checkout's integration/containers/etcd)"
+	if v := checkoutVersion(filepath.Join(src, "..", "go.mod")); v != "" {
+		what = "etcd " + v + " (this checkout's integration/containers/etcd)"
+	}
 	return buildCached(string(sum), what, func(out string) error {
 		return gobuild(src, nil, "build", "-o", out, ".")
 	})

@@ -36,5 +36,6 @@ func TestBuildSaysSoOnce(t *testing.T) {
 	assert.Equal(t, path, again)
 	assert.Equal(t, 1, builds)
 	assert.Empty(t, out.String(), "a cached binary is not announced")
-	assert.Equal(t, "v3.7.3", checkoutVersion(filepath.Join("..", "containers", "go.mod")))
+	assert.Regexp(t, `^v3\.\d+\.\d+`, checkoutVersion(filepath.Join("..", "containers", "go.mod")))
+	assert.Empty(t, checkoutVersion(filepath.Join("..", "..", "go.work")), "no etcd server there")
 }

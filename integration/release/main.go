@@ -4,7 +4,7 @@
 //	go run ./integration/release pin v0.2.0        # every module requires the others at v0.2.0; go.work replaces them
 //	go run ./integration/release tidy v0.2.0       # go mod tidy in every module, then pin
 //	go run ./integration/release proxy v0.2.0 DIR  # a module proxy on disk (GOPROXY=file://DIR) of every published module at v0.2.0
-//	go test ./integration/release                  # the release check (TestRelease)
+//	DLOCK_LONG=1 go test ./integration/release     # the release check (TestRelease)
 //
 // Run it from the repository's root.
 package main

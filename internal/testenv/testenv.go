@@ -35,7 +35,7 @@ func Missing(t testing.TB, what, reason string) {
 
 // LongVar is the variable that turns the long tests on: the cluster fault
 // harness's runs, the release check, the capacity smoke and the container
-// scenarios. README.md's second test command sets it; without it
+// cluster scenario. README.md's second test command sets it; without it
 // `go test github.com/dlock-go/dlock/...` answers in minutes.
 const LongVar = "DLOCK_LONG"
 

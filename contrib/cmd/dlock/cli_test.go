@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -162,7 +163,7 @@ func TestFlagErrors(t *testing.T) {
 func TestUnreachable(t *testing.T) {
 	t.Parallel()
 	ep := etcdtest.FreeAddr(t) // free a moment ago: nothing listens there
-	for _, args := range [][]string{
+	for i, args := range [][]string{
 		{"run", "--lock", "x", "--endpoints", ep, "--", "true"},
 		{"run", "--lock", "x", "--dsn", "etcd://" + ep, "--", "true"},
 		{"run", "--lock", "x", "--dsn", "redis://" + ep, "--", "true"},
@@ -170,7 +171,7 @@ func TestUnreachable(t *testing.T) {
 		{"elect", "--endpoints", ep, "x", "v"},
 		{"bench", "--dsn", "etcd://" + ep + "?dial_timeout=2s", "--duration", "1s"},
 	} {
-		t.Run(strings.Join(args[:3], " "), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d-%s", i, args[0]), func(t *testing.T) {
 			t.Parallel() // each waits out a dial timeout
 			r := runCLI(t, args...)
 			assert.Equal(t, 1, r.code, "dlock %q: stderr %q", args, r.stderr)

@@ -5,7 +5,7 @@ package main
 // control on the same resource written without it.
 //
 // -guard pg: the register is the lock's row of PostgreSQL's table
-// register (the harness creates it, pg.go):
+// register (the harness creates it, env/guardserver_pg.go):
 //
 //   - a fenced read is pgfence's Guard.Do(tok, SELECT v): the guard admits
 //     it as it admits any transaction, so it raises the mark (Event Raise);
@@ -16,7 +16,7 @@ package main
 //     read + 1 after the fenced write, with plain statements.
 //
 // -guard redis: the register is the key "reg:<lock>", holding
-// "<tok>:<v>" (redisguard.go):
+// "<tok>:<v>" (env/guardserver_redis.go):
 //
 //   - a fenced read is redisfence's Guard.Admit(tok) (it raises the mark),
 //     then a plain GET: redisfence has no guarded read, so the op is
@@ -27,7 +27,7 @@ package main
 //   - the control is the key "ctl:<lock>", GET then SET read + 1.
 //
 // -guard s3: the register is the object "reg/<lock>" of an S3 bucket
-// (versitygw, s3guard.go), holding "<tok>:<v>":
+// (versitygw, env/guardserver_s3.go), holding "<tok>:<v>":
 //
 //   - a fenced read is a plain GetObject: s3fence guards writes only (it
 //     has no Admit and keeps no mark apart from the object), so the
