@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -113,9 +114,8 @@ type Member struct {
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	done chan struct{}  // closed once cmd has been waited for
-	held []net.Listener // the member's ports while it is down (holdPorts)
-	hold sync.WaitGroup // the goroutines that refuse connections on held
+	done chan struct{} // closed once cmd has been waited for
+	held []io.Closer   // the member's ports while it is down (holdPorts)
 }
 
 // New starts a cluster and registers its shutdown with t.Cleanup. It
@@ -417,11 +417,11 @@ func (m *Member) Kill(t testing.TB) {
 	m.holdPorts()
 }
 
-// holdPorts listens on the ports of a member that is down, so that no
-// other server (another test's, picking a port that is free) takes them
-// before Restart binds them again; a connection to them is closed at once,
-// as a down member's would fail. releasePorts lets them go. A port it
-// cannot listen on is left alone.
+// holdPorts reserves the ports of a member that is down (reservePort:
+// bound, not listening, so a connection to them is refused as before), so
+// that no other server (another test's, picking a port that is free)
+// takes them before Restart binds them again; releasePorts lets them go.
+// A port it cannot reserve is left alone.
 func (m *Member) holdPorts() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -429,31 +429,19 @@ func (m *Member) holdPorts() {
 		return
 	}
 	for _, u := range []string{m.clientURL, m.peerURL} {
-		l, err := net.Listen("tcp", u[strings.Index(u, "://")+3:])
-		if err != nil {
-			continue
+		if r, err := reservePort(u[strings.Index(u, "://")+3:]); err == nil {
+			m.held = append(m.held, r)
 		}
-		m.held = append(m.held, l)
-		m.hold.Go(func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return // released
-				}
-				c.Close()
-			}
-		})
 	}
 }
 
 func (m *Member) releasePorts() {
 	m.mu.Lock()
-	for _, l := range m.held {
-		l.Close()
+	defer m.mu.Unlock()
+	for _, r := range m.held {
+		r.Close()
 	}
 	m.held = nil
-	m.mu.Unlock()
-	m.hold.Wait()
 }
 
 // Pause stops the member's process with SIGSTOP; Cont resumes it.

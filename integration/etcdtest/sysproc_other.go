@@ -2,8 +2,15 @@
 
 package etcdtest
 
-import "os/exec"
+import (
+	"errors"
+	"io"
+	"os/exec"
+)
 
 // setDeathSignal does nothing here: a member outlives a test process that
 // is killed; t.Cleanup stops it otherwise.
 func setDeathSignal(*exec.Cmd) {}
+
+// reservePort is not supported here: a down member's ports are not held.
+func reservePort(string) (io.Closer, error) { return nil, errors.ErrUnsupported }
