@@ -45,6 +45,20 @@ func (m metrics) assert(name string, want float64, attrs ...attribute.KeyValue) 
 	}
 }
 
+// await is assert for a point recorded by another goroutine just after
+// the Done the test waited on closed (a session's or a grant's end is
+// counted and logged after its Done closes, so that nothing delays Done);
+// nothing announces the record, so it polls, for 10 s at most.
+func (m metrics) await(name string, want float64, attrs ...attribute.KeyValue) {
+	m.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got, ok := m.point(name, attrs...); ok && got == want {
+			break
+		}
+	}
+	m.assert(name, want, attrs...)
+}
+
 func newMetrics(t *testing.T) (metrics, *sdkmetric.MeterProvider) {
 	r := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
@@ -107,19 +121,23 @@ func TestTelemetryEtcd(t *testing.T) {
 	require.NoError(t, err)
 	<-s.Done()
 	<-h.Done()
-	m.assert("dlock.lost", 1, etcdAttr, cause("session"))
-	m.assert("dlock.held", 0, etcdAttr)
-	m.assert("dlock.session.ended", 1, etcdAttr, cause("lease_gone"))
-	m.assert("dlock.election.leader", 0, etcdAttr)
+	m.await("dlock.lost", 1, etcdAttr, cause("session"))
+	m.await("dlock.held", 0, etcdAttr)
+	m.await("dlock.session.ended", 1, etcdAttr, cause("lease_gone"))
+	m.await("dlock.election.leader", 0, etcdAttr)
 	assert.ErrorIs(t, term.Err(), session.ErrLeaseGone)
 
+	// The records come from the same goroutines, just after (or just
+	// before) the counts: polled as await polls.
 	var warned, lostLogged bool
-	for _, r := range logs.records(t) {
-		switch {
-		case r["msg"] == "dlock: session ended" && r["level"] == "WARN":
-			warned = true
-		case r["msg"] == "dlock: lock lost" && r["level"] == "WARN":
-			lostLogged = true
+	for deadline := time.Now().Add(10 * time.Second); !(warned && lostLogged) && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, r := range logs.records(t) {
+			switch {
+			case r["msg"] == "dlock: session ended" && r["level"] == "WARN":
+				warned = true
+			case r["msg"] == "dlock: lock lost" && r["level"] == "WARN":
+				lostLogged = true
+			}
 		}
 	}
 	assert.True(t, warned, "a WARN record for the session loss")
