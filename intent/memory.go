@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/fault"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -52,10 +53,10 @@ func (m *Memory) fence(ctx context.Context, h lock.Held) (*memJournal, error) {
 		l = &memJournal{recs: map[string]*memRecord{}}
 		m.locks[t.Name] = l
 	}
-	if l.mark > t.Seq {
+	if l.mark > t.Seq && !fault.Planted(fault.UnfencedIntent) {
 		return nil, Stale(t, l.mark)
 	}
-	l.mark = t.Seq
+	l.mark = max(l.mark, t.Seq)
 	return l, nil
 }
 

@@ -31,7 +31,7 @@
 //     (Wall), so that another process can compare it with its own clock.
 //   - The plants. DLOCK_PLANT is a comma-separated list of the bugs to
 //     plant (read once at start-up): LateDone, SkipCheck, UnguardedRelease,
-//     TryOvergrant.
+//     TryOvergrant, UnfencedIntent.
 //     Each constant's doc says what it breaks.
 //
 // # Hooks in protocol code
@@ -50,6 +50,8 @@
 //   - TryOvergrant: internal/queue's Queue.Acquire grants a try acquire
 //     of a Shared rule at once when overgrant (plant.go) says it finds
 //     exactly its permits held, if Planted(TryOvergrant).
+//   - UnfencedIntent: package intent's Journal skips its Done check, and
+//     its Memory and Etcd stores their fence, if Planted(UnfencedIntent).
 //
 // Without the tag each hook is a constant the compiler folds away: the
 // functions they sit in compile to the same instructions as without them.

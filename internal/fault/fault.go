@@ -35,7 +35,13 @@ const (
 	// for granted instead of failing with ErrLocked. The blocking Acquire
 	// is unchanged.
 	TryOvergrant = "try-overgrant"
+	// UnfencedIntent makes package intent's journal write without its
+	// fence: Do starts an operation after its grant's Done closed, and the
+	// stores write intents and outcomes without comparing the mark (and,
+	// on etcd, the grant's ownership): a stale holder starts a new
+	// operation.
+	UnfencedIntent = "unfenced-intent"
 )
 
 // Plants lists every plant.
-var Plants = []string{LateDone, SkipCheck, UnguardedRelease, TryOvergrant}
+var Plants = []string{LateDone, SkipCheck, UnguardedRelease, TryOvergrant, UnfencedIntent}
