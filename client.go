@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/dlock-go/dlock/election"
+	"github.com/dlock-go/dlock/intent"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/redis"
 	"github.com/dlock-go/dlock/session"
@@ -285,6 +286,23 @@ func (c *Client) Election(name string) (*election.Election, error) {
 		return nil, fmt.Errorf("dlock: %s: elections need etcd: %w", c.cfg.Backend, errors.ErrUnsupported)
 	}
 	return election.New(c.mgr, name, c.cfg.electionOptions()...)
+}
+
+// Journal returns an intent journal (package intent) beside the Client's
+// locks on etcd: a lock's intents live under "<prefix>/lock/<name>!intent/",
+// written in Txns that compare the grant's ownership. Use it with the
+// Client's Lockers, for resources that cannot check a fencing token. On
+// Redis backends it returns an error matching errors.ErrUnsupported: a
+// journal needs a linearizable store (use intent.NewEtcd on an etcd
+// client, or contrib/pgfence's journal, with intent.New).
+func (c *Client) Journal() (*intent.Journal, error) {
+	if err := c.open(); err != nil {
+		return nil, err
+	}
+	if c.cfg.Backend != BackendEtcd {
+		return nil, fmt.Errorf("dlock: %s: the intent journal needs a linearizable store (etcd, or PostgreSQL through contrib/pgfence): %w", c.cfg.Backend, errors.ErrUnsupported)
+	}
+	return intent.New(intent.NewEtcd(c.etcd, c.cfg.Prefix+"/lock")), nil
 }
 
 func (c *Client) open() error {

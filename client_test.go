@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock/election"
 	"github.com/dlock-go/dlock/integration/etcdtest"
 	"github.com/dlock-go/dlock/integration/tlstest"
+	"github.com/dlock-go/dlock/intent"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/dlock-go/dlock/session"
 )
@@ -108,6 +109,30 @@ func TestClientElection(t *testing.T) {
 	require.NoError(t, h.Unlock(ctx))
 	_, err = client.Locker("x", dlock.WithOwner("has space"))
 	assert.ErrorIs(t, err, lock.ErrInvalidOption)
+}
+
+// Client.Journal keeps its intents beside the Client's locks, fenced by
+// their grants.
+func TestClientJournal(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.New(t)
+	ctx := etcdtest.Context(t)
+	client, err := dlock.Open(ctx, dlock.Config{Backend: dlock.BackendEtcd, Endpoints: c.HostPorts(), Prefix: "app"})
+	require.NoError(t, err)
+	j, err := client.Journal()
+	require.NoError(t, err)
+	l, err := client.Locker("billing/eu")
+	require.NoError(t, err)
+	h, err := l.Lock(ctx)
+	require.NoError(t, err)
+	var got string
+	require.NoError(t, j.Do(ctx, h, "charge/invoice-42", func(_ context.Context, key string) error { got = key; return nil }))
+	assert.Equal(t, intent.Key("billing/eu", "charge/invoice-42", h.Token().Seq), got)
+	assert.Equal(t, int64(2), etcdtest.KeyCount(t, c.Client(t), "app/lock/billing%2Feu!intent/"), "the mark and the record, beside the lock")
+	require.NoError(t, h.Unlock(ctx))
+	require.NoError(t, client.Close(ctx))
+	_, err = client.Journal()
+	assert.ErrorIs(t, err, dlock.ErrClosed)
 }
 
 // Mutual TLS against embedded etcd, with certificates made in the test:

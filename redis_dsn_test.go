@@ -82,6 +82,8 @@ func TestRedisDSNForms(t *testing.T) {
 			_, err = c.Election("leader")
 			assert.ErrorIs(t, err, errors.ErrUnsupported, "Redis has no elections")
 			assert.ErrorContains(t, err, "elections need etcd")
+			_, err = c.Journal()
+			assert.ErrorIs(t, err, errors.ErrUnsupported, "no journal on Redis")
 			require.NoError(t, c.Close(ctx))
 		})
 	}

@@ -39,4 +39,17 @@
 //     queried cannot be made safe by any lock. Look the operation up where
 //     the resource allows it (see Journal.Pending).
 //   - A Redlock grant has no token (Seq 0): the journal refuses it.
+//   - The journal orders the holders of one lock name by token: it is for
+//     exclusive locks (a Mutex, an RWMutex's writer, an election's
+//     leader). The concurrent holders of a Semaphore would supersede one
+//     another.
+//
+// # Stores
+//
+// [NewMemory] (for tests, beside lock/locktest's Memory), [NewEtcd] (beside
+// the lock's queue; a Client's Journal on etcd), and contrib/pgfence's
+// journal on PostgreSQL, which shares its mark with pgfence's guard. Each
+// passes the suite in intent/intenttest. Journals are bounded: a finished
+// intent is removed after the retention ([DefaultRetention], or
+// [Journal.WithRetention]); an open one is never removed.
 package intent

@@ -29,7 +29,7 @@ import (
 //
 // Every write is one Txn that compares the mark's mod revision (so a raise
 // by a later holder in between voids it) and, when the grant is an etcd
-// grant (lock.Mutex's, an election Term's: a Held with IsOwner), that the
+// grant (a *lock.Grant, or any Held with IsOwner() clientv3.Cmp), that the
 // grant's key still exists: a holder whose session expired is refused even
 // before a later holder writes, with an error matching lock.ErrLockLost.
 // Outcomes are recorded in the record; the records' order is their keys'

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/intent/idempotency"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -156,18 +157,15 @@ func checkOp(op string) error {
 	return nil
 }
 
-type ctxKey struct{}
-
 // NewContext returns a copy of ctx that carries an idempotency key. Do
 // passes fn a ctx made with it, so that client helpers (contrib/httpfence's
 // Transport sends it as the Idempotency-Key header, contrib/grpcfence's
-// interceptors as metadata) carry the key without the caller's help.
+// interceptors as metadata) carry the key without the caller's help. It is
+// idempotency.NewContext, in a package without dependencies for such
+// helpers.
 func NewContext(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, ctxKey{}, key)
+	return idempotency.NewContext(ctx, key)
 }
 
 // KeyFromContext returns the key stored in ctx by NewContext, if any.
-func KeyFromContext(ctx context.Context) (string, bool) {
-	k, ok := ctx.Value(ctxKey{}).(string)
-	return k, ok && k != ""
-}
+func KeyFromContext(ctx context.Context) (string, bool) { return idempotency.FromContext(ctx) }
