@@ -1,7 +1,10 @@
 // Package grpcfence carries fencing tokens over gRPC: client interceptors
 // send the token from the call's context in the [MetadataKey] metadata, and
 // server interceptors admit it through any [fence.Guard] before the handler
-// runs, unary and streaming alike.
+// runs, unary and streaming alike. The client interceptors also send the
+// idempotency key that intent.Journal.Do puts in its fn's context, in the
+// [MetadataIdempotencyKey] metadata, so that a service that cannot check a
+// token can deduplicate the operation instead.
 //
 // # Guarantee
 //
@@ -39,6 +42,11 @@
 //     token with Seq 0 or an empty name fails the call on the client without
 //     sending it. A token in the context replaces any MetadataKey value the
 //     caller put in the outgoing metadata itself.
+//   - The idempotency-key metadata value is the key as is (no quotes, unlike
+//     HTTP's Idempotency-Key header). The client interceptors send it with
+//     or without a token, and never replace an idempotency-key value the
+//     caller put in the outgoing metadata. The server interceptors do not
+//     read it: deduplicating by key is the service's part.
 //   - Anyone who can reach the server can present a high token and raise the
 //     mark: fencing is a safety net against paused holders, not access
 //     control.

@@ -16,6 +16,12 @@ import (
 // InvalidArgument.
 var ErrMissingToken = errors.New("grpcfence: missing " + MetadataKey + " metadata")
 
+// ErrInvalidKey is returned by the client interceptors, which then do not
+// send the call, when the context's idempotency key has a byte outside
+// printable ASCII: gRPC metadata cannot carry it. intent.Key never makes
+// such a key.
+var ErrInvalidKey = errors.New("grpcfence: invalid idempotency key")
+
 // ErrorDomain and ReasonStaleToken identify the ErrorInfo detail of a
 // stale-token status.
 const (

@@ -33,10 +33,11 @@ func testCtx(t *testing.T) context.Context {
 }
 
 // recorder sits behind the fence interceptors and records the token each
-// handler finds in its context.
+// handler finds in its context, and the call's idempotency-key metadata.
 type recorder struct {
 	mu     sync.Mutex
 	tokens []fence.Token
+	keys   [][]string
 }
 
 func (r *recorder) record(ctx context.Context) {
@@ -44,6 +45,14 @@ func (r *recorder) record(ctx context.Context) {
 	defer r.mu.Unlock()
 	tok, _ := fence.FromContext(ctx)
 	r.tokens = append(r.tokens, tok)
+	r.keys = append(r.keys, metadata.ValueFromIncomingContext(ctx, grpcfence.MetadataIdempotencyKey))
+}
+
+// seenKeys returns the idempotency-key values of each call, in order.
+func (r *recorder) seenKeys() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]string(nil), r.keys...)
 }
 
 func (r *recorder) seen() []fence.Token {
@@ -53,22 +62,28 @@ func (r *recorder) seen() []fence.Token {
 }
 
 // startServer runs a real gRPC server with the health service on a loopback
-// port, fenced by g, and returns a fenced client for it.
+// port, fenced by g (not fenced if g is nil), and returns a fenced client
+// for it.
 func startServer(t *testing.T, g fence.Guard) (healthpb.HealthClient, *recorder) {
 	t.Helper()
 	rec := &recorder{}
-	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(grpcfence.UnaryServerInterceptor(g),
-			func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-				rec.record(ctx)
-				return h(ctx, req)
-			}),
-		grpc.ChainStreamInterceptor(grpcfence.StreamServerInterceptor(g),
-			func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-				rec.record(ss.Context())
-				return h(srv, ss)
-			}),
-	)
+	unary := []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			rec.record(ctx)
+			return h(ctx, req)
+		},
+	}
+	stream := []grpc.StreamServerInterceptor{
+		func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			rec.record(ss.Context())
+			return h(srv, ss)
+		},
+	}
+	if g != nil {
+		unary = append([]grpc.UnaryServerInterceptor{grpcfence.UnaryServerInterceptor(g)}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{grpcfence.StreamServerInterceptor(g)}, stream...)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	hs := health.NewServer()
 	hs.SetServingStatus("orders", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)

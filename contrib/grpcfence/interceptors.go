@@ -12,14 +12,28 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/intent/idempotency"
 )
 
-// UnaryClientInterceptor returns a client interceptor that sends the token
-// carried by the call's context (fence.NewContext) in the MetadataKey
-// metadata. A call without a token is sent unchanged; a token with Seq 0 or
-// an empty name fails the call, unsent, with an error matching
-// fence.ErrNoToken or fence.ErrInvalidToken. A stale-token status comes back
-// as a *StaleError.
+// UnaryClientInterceptor returns a client interceptor that sends what the
+// call's context carries for the resource:
+//
+//   - the fencing token (fence.NewContext), in the MetadataKey metadata,
+//     replacing any value the caller put there;
+//   - the idempotency key (idempotency.NewContext; intent.Journal.Do's fn gets a
+//     ctx with its key), in the MetadataIdempotencyKey metadata, unless the
+//     caller's outgoing metadata has that key already: the caller's own
+//     value is kept, and none is added.
+//
+// Each is sent without the other: a call whose context carries a key and
+// no token is sent with the key alone (for a service that checks no token;
+// the server interceptors would answer it InvalidArgument). A call whose
+// context carries neither is sent unchanged.
+//
+// A token with Seq 0 or an empty name fails the call, unsent, with an error
+// matching fence.ErrNoToken or fence.ErrInvalidToken; a key with a byte
+// outside printable ASCII, with an error matching ErrInvalidKey. A
+// stale-token status comes back as a *StaleError.
 func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		ctx, err := outgoing(ctx)
@@ -46,12 +60,19 @@ func StreamClientInterceptor() grpc.StreamClientInterceptor {
 	}
 }
 
+// outgoing returns ctx with the token and the idempotency key it carries,
+// if any, in its outgoing metadata.
 func outgoing(ctx context.Context) (context.Context, error) {
-	t, ok := fence.FromContext(ctx)
-	if !ok {
-		return ctx, nil
+	if t, ok := fence.FromContext(ctx); ok {
+		var err error
+		if ctx, err = OutgoingContext(ctx, t); err != nil {
+			return ctx, err
+		}
 	}
-	return OutgoingContext(ctx, t)
+	if key, ok := idempotency.FromContext(ctx); ok {
+		return withKey(ctx, key)
+	}
+	return ctx, nil
 }
 
 type clientStream struct{ grpc.ClientStream }

@@ -1,7 +1,10 @@
 // Package httpfence carries fencing tokens over HTTP: a client
 // [Transport] sends the token from the request's context in the [Header]
 // header, and server [Middleware] admits it through any [fence.Guard] before
-// the handler runs.
+// the handler runs. The Transport also sends the idempotency key that
+// intent.Journal.Do puts in its fn's context, in the [HeaderIdempotencyKey]
+// header, so that a resource that cannot check a token (a payment API) can
+// deduplicate the operation instead.
 //
 // # Guarantee
 //
@@ -33,9 +36,14 @@
 //
 //   - The header value is fence.Token.String (printable ASCII, no spaces or
 //     colons in the name), for example "Dlock-Fence-Token: orders/eu:42".
-//   - Transport sends no header for a request whose context carries no
-//     token; the server then answers 428. A context carrying an invalid
+//   - Transport sends no token header for a request whose context carries
+//     no token; Middleware then answers 428. A context carrying an invalid
 //     token (Seq 0, empty name) fails the request on the client.
+//   - The Idempotency-Key value is a structured-field string, quoted as the
+//     IETF draft requires: Idempotency-Key: "charge-order-42.7.<hash>".
+//     Transport sends the key with or without a token, and never replaces
+//     an Idempotency-Key header the request already has. Middleware does
+//     not read the key: deduplicating by key is the resource's part.
 //   - Anyone who can reach the server can present a high token and raise the
 //     mark: fencing is a safety net against paused holders, not access
 //     control. Authenticate clients separately.

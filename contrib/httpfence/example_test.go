@@ -10,6 +10,8 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/httpfence"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/intent"
+	"github.com/dlock-go/dlock/lock/locktest"
 )
 
 // A resource server behind Middleware, and a client whose Transport sends
@@ -75,4 +77,47 @@ func ExampleTransport() {
 	resp.Body.Close()
 	// Output:
 	// Dlock-Fence-Token: orders/eu:7
+}
+
+// With an intent journal, at a resource that checks no token (a payment
+// API): Journal.Do gives fn a ctx carrying the operation's idempotency
+// key, and Transport sends it in the Idempotency-Key header, quoted as the
+// IETF draft asks. A retry of the operation sends the same key; once its
+// outcome is recorded, Do does not call fn again.
+func ExampleTransport_idempotencyKey() {
+	payments := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println(httpfence.HeaderIdempotencyKey+":", r.Header.Get(httpfence.HeaderIdempotencyKey))
+	}))
+	defer payments.Close()
+	client := &http.Client{Transport: &httpfence.Transport{Base: payments.Client().Transport}}
+
+	ctx := context.Background()
+	held, err := locktest.NewMemory().Locker("orders/42").Lock(ctx) // or any lock.Locker
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+	j := intent.New(intent.NewMemory()) // in production, a store the holders share (etcd, PostgreSQL)
+
+	charge := func(ctx context.Context, key string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, payments.URL+"/charges", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err // the charge may have happened: the intent stays open
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("charge: %s", resp.Status)
+		}
+		return nil
+	}
+	fmt.Println(j.Do(ctx, held, "charge/order-42", charge))
+	fmt.Println(j.Do(ctx, held, "charge/order-42", charge)) // done: not sent again
+	// Output:
+	// Idempotency-Key: "charge-order-42.1.wfxJZMdGYyUlCxGwQgL1u-"
+	// <nil>
+	// <nil>
 }
