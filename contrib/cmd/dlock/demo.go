@@ -29,7 +29,14 @@ wakes up and writes anyway, believing it still holds the lock.
 
 A writes to two copies of a resource: one that trusts the lock (the write
 lands and destroys B's), and one fenced by the lock's token (the write is
-rejected). Takes a few seconds; needs nothing but Go.`
+rejected).
+
+Then the same pause at a resource that cannot check a token: a payment API
+that deduplicates by Idempotency-Key. A pauses after charging an invoice
+and before recording it; B charges again. Without the intent journal the
+invoice is charged twice; with it (package intent), B finishes A's intent
+with A's key and the API charges once. Takes a few seconds; needs nothing
+but Go.`
 
 // demoTTL is A's session TTL: short, so the demo is quick.
 const demoTTL = 2 * time.Second
@@ -73,8 +80,10 @@ func (s *store) read(k string) string {
 	return s.v[k]
 }
 
+// run starts etcd and a proxy in front of it for A, then plays the two
+// acts: a stale write at a fenced and an unfenced resource, then a stale
+// payment with and without the intent journal.
 func (d *demo) run(ctx context.Context) error {
-	const name = "invoice-42"
 	d.say("", "starting etcd (embedded, one member, on loopback)…")
 	etcd, err := startEtcd(ctx)
 	if err != nil {
@@ -101,6 +110,17 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	defer cliB.Close()
 
+	if err := d.fencedWrite(ctx, p, cliA, cliB); err != nil {
+		return err
+	}
+	return d.journal(ctx, p, cliA, cliB)
+}
+
+// fencedWrite is the first act: A, paused past its session, writes to a
+// resource that trusts the lock and to one fenced by the lock's token.
+// cliA reaches etcd through p.
+func (d *demo) fencedWrite(ctx context.Context, p proxy.Server, cliA, cliB *clientv3.Client) error {
+	const name = "invoice-42"
 	sessA, err := session.New(ctx, cliA, session.WithTTL(demoTTL))
 	if err != nil {
 		return err
@@ -134,15 +154,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("A", "reads the invoice and starts computing its update…")
 
 	// B queues behind A.
-	type grant struct {
-		h   lock.Held
-		err error
-	}
-	bGranted := make(chan grant, 1)
-	go func() {
-		h, err := lockB.Lock(ctx)
-		bGranted <- grant{h, err}
-	}()
+	bGranted := lockAsync(ctx, lockB)
 	d.say("B", "asks for the same lock and waits in line")
 
 	// 2. A pauses: its heartbeats stop reaching etcd.
@@ -153,16 +165,10 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("A", "session's local deadline passes; A would step down now, but it is paused and cannot look")
 
 	// 3. etcd expires A's lease, deleting its key; B is granted the lock.
-	var g grant
-	select {
-	case g = <-bGranted:
-	case <-ctx.Done():
-		return fmt.Errorf("demo: B was not granted the lock: %w", ctx.Err())
+	heldB, err := awaitGrant(ctx, bGranted)
+	if err != nil {
+		return err
 	}
-	if g.err != nil {
-		return fmt.Errorf("demo: B: %w", g.err)
-	}
-	heldB := g.h
 	tokB := heldB.Token()
 	d.say("etcd", "A's lease expires: etcd deletes A's key")
 	d.say("B", "is granted the lock with token %d (> %d)", tokB.Seq, tokA.Seq)

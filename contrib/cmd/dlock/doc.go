@@ -28,8 +28,11 @@
 // demo starts etcd inside the process and replays the classic failure: A
 // holds a lock, pauses past its session timeout, B is granted the lock and
 // writes, A wakes up and writes with its old token. The unfenced resource
-// ends up with A's stale write; the fenced one rejects it. It needs nothing
-// but Go and takes a few seconds.
+// ends up with A's stale write; the fenced one rejects it. Then a resource
+// that cannot check a token, a payment API: A charges an invoice and
+// pauses before recording it; B charges again (two charges), or, through
+// the intent journal, finishes A's open intent with A's key (one charge).
+// It needs nothing but Go and takes a few seconds.
 //
 // run holds the lock NAME while CMD runs and passes the fencing token to it
 // in $DLOCK_TOKEN (with the lock's name in $DLOCK_LOCK), like "etcdctl lock"

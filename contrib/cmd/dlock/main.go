@@ -34,7 +34,7 @@ type command struct {
 }
 
 var commands = []command{
-	{"demo", "replay a paused holder's stale write, unfenced and fenced, on embedded etcd", runDemo},
+	{"demo", "replay a paused holder: its stale write (unfenced, fenced) and its payment (without, with the intent journal), on embedded etcd", runDemo},
 	{"run", "run a command while holding a lock; its token is in $DLOCK_TOKEN", runRun},
 	{"elect", "campaign for leadership, or observe an election's leaders", runElect},
 	{"inspect", "show a lock's holder and wait queue", runInspect},
