@@ -43,6 +43,19 @@ const (
 	End = "end"
 	// Released: Unlock returned (Err its error, if any). T is when.
 	Released = "released"
+	// Do: one call of the intent journal's Do (the payments workload).
+	// Op is the operation, Key the idempotency key fn was given ("" if fn
+	// was not called), Call and Ret bracket it, Pending says it finishes
+	// an intent an earlier holder left open (from Journal.Pending).
+	// Result: "ok", "failed" (an outcome recorded as a failure),
+	// "superseded" (a later holder wrote to the journal), "ended" (the
+	// grant had ended), "error" (fn's or the store's error: the intent
+	// stays open).
+	Do = "do"
+	// Pay: one request to the payments API, made by fn under a Do. Op and
+	// Key as sent ("" when the request carried no Idempotency-Key), Call
+	// and Ret (0: no reply) bracket it, Value is the HTTP status.
+	Pay = "pay"
 )
 
 // Unsent is the Result of an op that never reached the resource (no
@@ -90,6 +103,11 @@ type Event struct {
 	// the value is read after it, in a separate command); only whether
 	// it was admitted is checked.
 	Blind bool `json:"blind,omitempty"`
+
+	// Do and Pay fields.
+	Op      string `json:"op,omitempty"`
+	Key     string `json:"key,omitempty"`
+	Pending bool   `json:"pending,omitempty"`
 
 	// End fields.
 	How      string `json:"how,omitempty"`
@@ -155,6 +173,16 @@ func (w *Writer) Write(v any) error {
 		return err
 	}
 	return w.w.Flush()
+}
+
+// Sync flushes what was written and syncs the file to disk.
+func (w *Writer) Sync() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.w.Flush(); err != nil {
+		return err
+	}
+	return w.f.Sync()
 }
 
 // Close flushes, syncs and closes the file.

@@ -76,6 +76,9 @@ type config struct {
 	rounds    int
 	plant     string
 	try       float64 // the share of acquires by TryLock (TryAcquire, TryRLock), and for the mutex by LockAll
+	payments  string        // the payments workloads' API (cmd/payments)
+	dwell     time.Duration // the payments workloads' dwell at "intent" and "outcome"
+	reconcile bool          // the payments workloads' final pass: one grant, Pending only
 }
 
 // The harness plants.
@@ -89,7 +92,7 @@ func main() {
 	var c config
 	var endpoints string
 	flag.IntVar(&c.id, "id", 0, "worker index (W in the events)")
-	flag.StringVar(&c.workload, "workload", "mutex", "mutex, semaphore, rwmutex or election")
+	flag.StringVar(&c.workload, "workload", "mutex", "mutex, semaphore, rwmutex, election, or a payments workload (payments-journal, -nokeys, -nopending, -short)")
 	flag.StringVar(&c.lock, "lock", "", `lock or election name (default "dlock-" + workload)`)
 	flag.StringVar(&endpoints, "endpoints", "", "etcd client URLs, comma-separated")
 	flag.DurationVar(&c.ttl, "ttl", 3*time.Second, "session TTL")
@@ -100,6 +103,9 @@ func main() {
 	flag.IntVar(&c.permits, "permits", 2, "semaphore permits")
 	flag.IntVar(&c.rounds, "rounds", 0, "stop after this many grants (0: until SIGTERM)")
 	flag.StringVar(&c.plant, "plant", "", "harness plant: first-token, hold-forever or leak-key")
+	flag.StringVar(&c.payments, "payments", "", "URL of cmd/payments (the payments workloads)")
+	flag.DurationVar(&c.dwell, "dwell", 50*time.Millisecond, "payments: the dwell after the claim and after the call (where the nemesis aims)")
+	flag.BoolVar(&c.reconcile, "reconcile", false, "payments: take one grant, finish the intents earlier holders left open, and exit")
 	flag.Float64Var(&c.try, "try", 0, "share of acquires made with TryLock/TryAcquire/TryRLock (and, for the mutex, another share with lock.LockAll over it and a second name)")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
@@ -113,6 +119,9 @@ func main() {
 	if c.hold == 0 {
 		c.hold = c.ttl / 2
 	}
+	if c.reconcile {
+		c.rounds = 1
+	}
 	if err := run(c); err != nil {
 		log.Print(err)
 		os.Exit(1)
@@ -120,9 +129,14 @@ func main() {
 }
 
 func (c *config) validate() error {
+	payments := history.IsPayments(c.workload)
 	switch {
-	case c.workload != "mutex" && c.workload != "semaphore" && c.workload != "rwmutex" && c.workload != "election":
-		return fmt.Errorf("-workload %q: want mutex, semaphore, rwmutex or election", c.workload)
+	case c.workload != "mutex" && c.workload != "semaphore" && c.workload != "rwmutex" && c.workload != "election" && !payments:
+		return fmt.Errorf("-workload %q: want mutex, semaphore, rwmutex, election or one of %v", c.workload, history.PaymentsWorkloads)
+	case payments && (c.payments == "" || c.dwell < 0):
+		return fmt.Errorf("-workload %s needs -payments, and -dwell >= 0", c.workload)
+	case c.reconcile && !payments:
+		return errors.New("-reconcile is for the payments workloads")
 	case len(c.endpoints) == 0:
 		return errors.New("-endpoints is required")
 	case c.resource == "":
@@ -207,9 +221,12 @@ func runEtcd(stop context.Context, c config, hist *history.Writer) error {
 		}
 	}
 	log.Printf("%s on %q, ttl %v, hold %v, rounds %d, plant %q, guard %q", c.workload, c.lock, c.ttl, c.hold, c.rounds, c.plant, *guardName)
-	if c.workload == "election" {
+	switch {
+	case history.IsPayments(c.workload):
+		err = w.runPayments(stop) // payments.go
+	case c.workload == "election":
 		err = w.runElection(stop)
-	} else {
+	default:
 		err = w.runLocks(stop)
 	}
 	if err == nil {
