@@ -11,6 +11,8 @@ import (
 
 	"github.com/dlock-go/dlock/contrib/pgfence"
 	"github.com/dlock-go/dlock/fence"
+	"github.com/dlock-go/dlock/intent"
+	"github.com/dlock-go/dlock/lock"
 )
 
 // The protected write and the fence check commit together: a holder whose
@@ -95,3 +97,41 @@ func ExampleGuard_DDL() {
 	// 	updated_at timestamptz    NOT NULL DEFAULT now()
 	// )
 }
+
+// A journal on PostgreSQL for a call that cannot check a token: the intent
+// is committed, fenced by the same mark as the Guard, before the call; the
+// call carries the intent's key. (Needs a PostgreSQL server and a lock, so
+// it has no Output.)
+func ExampleNewIntentStore() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://app@db.internal/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := pgfence.NewIntentStore(pool) // the Guard's options, if any
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	j := intent.New(store)
+
+	var held lock.Held                   // from a Locker's Lock
+	pending, err := j.Pending(ctx, held) // what earlier holders left open
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, it := range pending {
+		fmt.Println("finishing", it.Op, "with key", it.Key)
+	}
+	err = j.Do(ctx, held, "charge/invoice-42", func(ctx context.Context, key string) error {
+		return charge(ctx, 42, key) // the payment API's idempotency key
+	})
+	if errors.Is(err, intent.ErrSuperseded) {
+		fmt.Println("a later holder took over; not charged here:", err)
+	}
+}
+
+func charge(context.Context, int, string) error { return nil }

@@ -57,7 +57,8 @@ type DB interface {
 // *pgx.Conn or pgx.Tx is not). The zero value is not usable; call New.
 type Guard struct {
 	db      DB
-	table   string // quoted identifier
+	parts   []string // the table's identifier parts: [table] or [schema, table]
+	table   string   // quoted identifier
 	ddl     string
 	admit   string
 	highest string
@@ -81,6 +82,7 @@ func New(db DB, opts ...Option) (*Guard, error) {
 	table := pgx.Identifier(o.table).Sanitize()
 	return &Guard{
 		db:      db,
+		parts:   o.table,
 		table:   table,
 		ddl:     fmt.Sprintf(ddlFormat, table),
 		admit:   fmt.Sprintf(admitFormat, table),
