@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/integration/cluster/env"
+	"github.com/dlock-go/dlock/integration/cluster/history"
 	"github.com/dlock-go/dlock/internal/testenv"
 )
 
@@ -132,4 +133,13 @@ var plantedCases = []plantedCase{{
 	name:   "leak-key",
 	cfg:    env.Config{WorkerPlant: "leak-key", Faults: 1, Classes: []string{"compact"}, Workloads: []string{"mutex"}},
 	expect: "nothing left: key dlock/leak/",
+}, {
+	// An intent journal without its fence: a payments holder paused
+	// before its next order resumes after its grant ended and the next
+	// holder's Pending raised the mark, and Do writes the intent of a
+	// new order all the same (then its charge's claim fails: the state's
+	// Txn still checks the grant). etcd's history shows the start.
+	name:   "unfenced-intent",
+	cfg:    env.Config{Plant: "unfenced-intent", Faults: 2, Classes: []string{"pause-use"}, Workloads: []string{history.PaymentsJournal}, PerWorkload: 2},
+	expect: "stale start",
 }}

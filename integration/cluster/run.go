@@ -50,6 +50,9 @@ func Run(ctx context.Context, cfg env.Config, logf func(string, ...any)) (*Repor
 	if h.Guard != nil {
 		r.collect = h.Guard.Collect
 	}
+	if cfg.HasPayments() {
+		r.settle = func(ctx context.Context) error { return h.SettlePayments(ctx, 4*cfg.TTL+10*time.Second) }
+	}
 	return r.run(ctx)
 }
 
@@ -67,6 +70,7 @@ type runner struct {
 	close     func() error
 	check     func(rep *Report, cfg env.Config, end int64, slowClocks []int) error
 	collect   func(context.Context) error // reads the guard's resource into the artifacts (nil: no guard)
+	settle    func(context.Context) error // ends what workloads leave by design, before the check that nothing is left (nil: none)
 }
 
 func (r runner) run(ctx context.Context) (*Report, error) {
@@ -105,6 +109,11 @@ func (r runner) run(ctx context.Context) (*Report, error) {
 	rep := &Report{Seed: cfg.Seed, Dir: h.Dir, Faults: faults}
 	for _, err := range h.StopWorkers(2*cfg.TTL + 15*time.Second) {
 		rep.Failures = append(rep.Failures, "worker did not stop cleanly: "+err.Error())
+	}
+	if r.settle != nil {
+		if err := r.settle(ctx); err != nil {
+			rep.Failures = append(rep.Failures, "payments: "+err.Error())
+		}
 	}
 	left, err := r.leftovers(ctx, 2*cfg.TTL+5*time.Second)
 	if err != nil {
@@ -204,7 +213,16 @@ func writeReport(rep *Report) error {
 func (rep *Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d, %d faults, artifacts %s\n\n", rep.Seed, len(rep.Faults), rep.Dir)
-	b.WriteString(Table(rep.Rows))
+	if len(rep.Rows) > 0 || len(rep.Payments) == 0 {
+		b.WriteString(Table(rep.Rows))
+	}
+	if len(rep.Payments) > 0 {
+		if len(rep.Rows) > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("The payments workloads (orders charged through the intent journal):\n\n")
+		b.WriteString(check.PaymentsTable(rep.Payments))
+	}
 	if len(rep.ByClass) > 0 {
 		b.WriteString("\nBy fault class (from a fault's start to the next one's):\n\n")
 		b.WriteString(ClassTable(rep.ByClass))

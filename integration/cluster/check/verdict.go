@@ -16,11 +16,12 @@ import (
 // Result is what the checkers found in a run.
 type Result struct {
 	Rows     []Row
-	ByClass  []Row     // the same figures per backend and fault class
-	Failures []string  // each a checker's verdict; empty: the run passed
-	Notes    []string  // observations that are not failures
-	Exempted []string  // every excused violation, with its evidence
-	Controls []Control // a guard run's control on the real resource, per fenced workload
+	ByClass  []Row         // the same figures per backend and fault class
+	Failures []string      // each a checker's verdict; empty: the run passed
+	Notes    []string      // observations that are not failures
+	Exempted []string      // every excused violation, with its evidence
+	Controls []Control     // a guard run's control on the real resource, per fenced workload
+	Payments []PaymentsRow // the payments workloads' (payments.go)
 }
 
 // Settings is what the checkers need to know of a run.
@@ -53,7 +54,8 @@ type Row struct {
 
 // Check runs every checker over the run's histories (in s.Dir) and fills
 // r: the rows (per workload, and per backend and fault class) and the
-// verdicts.
+// verdicts. The payments workloads are judged by what their payment APIs
+// charged (checkPayments), not by their grants.
 //
 // An etcd run fails on every violation. A Redis run (measured) notes the
 // lock's own violations instead (Done after a successor, token
@@ -67,10 +69,18 @@ func (r *Result) Check(s Settings) error {
 	if err != nil {
 		return err
 	}
+	payments := false
 	for _, wl := range s.Workloads {
+		if history.IsPayments(wl) {
+			payments = true // judged by their effects, not their grants
+			continue
+		}
 		r.Rows = append(r.Rows, c.workload(wl))
 	}
 	r.ByClass = c.classes.rows
+	if payments {
+		r.checkPayments(s)
+	}
 	if s.Guard != "" {
 		r.checkAudit(s, c.events, c.audit, c.records)
 	}

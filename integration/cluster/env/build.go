@@ -10,7 +10,7 @@ import (
 
 // bins are the programs a run starts.
 type bins struct {
-	etcd, worker, resource string
+	etcd, worker, resource, payments string
 }
 
 var built struct {
@@ -20,7 +20,7 @@ var built struct {
 }
 
 // build builds the worker (with the library's fault seam: -tags
-// dlock_faults) and the resource once per test binary, into a temporary
+// dlock_faults), the resource and the payment API once per test binary, into a temporary
 // directory that RemoveBuilds deletes.
 func build(etcd string) (bins, error) {
 	if etcd == "" {
@@ -30,7 +30,7 @@ func build(etcd string) (bins, error) {
 		if built.dir, built.err = os.MkdirTemp("", "dlock-cluster-bin-"); built.err != nil {
 			return
 		}
-		for _, c := range []string{"worker", "resource"} {
+		for _, c := range []string{"worker", "resource", "payments"} {
 			cmd := exec.Command("go", "build", "-tags", "dlock_faults", "-o", filepath.Join(built.dir, c),
 				"github.com/dlock-go/dlock/integration/cluster/cmd/"+c)
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -42,7 +42,8 @@ func build(etcd string) (bins, error) {
 	if built.err != nil {
 		return bins{}, built.err
 	}
-	return bins{etcd: etcd, worker: filepath.Join(built.dir, "worker"), resource: filepath.Join(built.dir, "resource")}, nil
+	return bins{etcd: etcd, worker: filepath.Join(built.dir, "worker"), resource: filepath.Join(built.dir, "resource"),
+		payments: filepath.Join(built.dir, "payments")}, nil
 }
 
 // RemoveBuilds deletes what build built (TestMain calls it).

@@ -59,6 +59,15 @@ type Config struct {
 	// "": the resource
 	// process's in-memory register.
 	Guard string
+
+	// PaymentsWindow is how long the payments-short workload's payment
+	// API keeps a key (its -window); default TTL/3, shorter than any
+	// pause, so that its duplicates show the journal's documented limit.
+	// The other payments workloads' APIs keep keys 24 h.
+	PaymentsWindow time.Duration
+	// PaymentsDelay is how long the payment APIs take to process a
+	// charge (their -delay); default 150 ms.
+	PaymentsDelay time.Duration
 }
 
 func (c *Config) Defaults() {
@@ -85,6 +94,12 @@ func (c *Config) Defaults() {
 	}
 	if c.Try == 0 {
 		c.Try = 0.25
+	}
+	if c.PaymentsWindow == 0 {
+		c.PaymentsWindow = c.TTL / 3
+	}
+	if c.PaymentsDelay == 0 {
+		c.PaymentsDelay = 150 * time.Millisecond
 	}
 }
 
@@ -115,11 +130,12 @@ type Harness struct {
 
 	bins bins
 
-	mu      sync.Mutex
-	workers []*Worker // every process ever started, restarts included
-	servers []*Proc   // a Redis run's servers, every process ever started
-	nextID  int
-	closed  bool
+	mu       sync.Mutex
+	workers  []*Worker         // every process ever started, restarts included
+	servers  []*Proc           // a Redis run's servers and the payment APIs, every process ever started
+	payments []*PaymentsServer // the payments workloads' APIs
+	nextID   int
+	closed   bool
 
 	cleanups []func() // run by Close, after every process is gone
 }
@@ -133,9 +149,26 @@ type Worker struct {
 	Rate     float64 // DLOCK_CLOCK_RATE, 0 for none
 	Proc     *Proc
 
-	mu    sync.Mutex
-	phase string // last PHASE line: "acquire 3", "use 3", "release 3"
-	ch    chan struct{}
+	mu     sync.Mutex
+	phase  string // last PHASE line: "acquire 3", "use 3", "release 3"
+	ch     chan struct{}
+	killed bool // by Kill: its exit is no failure
+}
+
+// Kill SIGKILLs the worker (a fault: it dies wherever it is) and waits
+// until it has been reaped. StopWorkers does not count its exit.
+func (w *Worker) Kill() {
+	w.mu.Lock()
+	w.killed = true
+	w.mu.Unlock()
+	w.Proc.Kill()
+}
+
+// Killed tells whether Kill was called.
+func (w *Worker) Killed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.killed
 }
 
 // Phase returns the worker's current phase ("acquire", "use", "release",
@@ -227,6 +260,11 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 		h.Guard = resourceGuard{h, h.resGRPC()}
 	default:
 		return h, fmt.Errorf("cluster: Guard %q: want one of %v", cfg.Guard, Guards)
+	}
+	if cfg.HasPayments() {
+		if err := h.startPayments(sctx); err != nil {
+			return h, fmt.Errorf("payments: %w", err)
+		}
 	}
 	for _, wl := range cfg.Workloads {
 		for slot := range cfg.PerWorkload {
@@ -324,6 +362,9 @@ func (h *Harness) launch(wl string, slot int, rate float64, m *Member, host *Hos
 	if h.Guard != nil {
 		args = append(args, "-guard", h.Cfg.Guard, "-guard-dsn", h.Guard.DSN())
 	}
+	if url := h.paymentsURL(wl); url != "" {
+		args = append(args, "-payments", url)
+	}
 	var env []string
 	if h.Cfg.Plant != "" {
 		env = append(env, "DLOCK_PLANT="+h.Cfg.Plant)
@@ -384,8 +425,9 @@ func (h *Harness) StopWorkers(grace time.Duration) []error {
 			defer wg.Done()
 			select {
 			case <-w.Proc.Done():
-				// Exited earlier: a restarted slot, or -rounds reached.
-				if err := w.Proc.Err(); err != nil {
+				// Exited earlier: a restarted slot, -rounds reached, or
+				// killed by a fault.
+				if err := w.Proc.Err(); err != nil && !w.Killed() {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("w%d (%s) exited early: %v", w.ID, w.Workload, err))
 					mu.Unlock()

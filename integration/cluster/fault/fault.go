@@ -73,6 +73,17 @@ var guardFaults = []faultClass{
 	resourceCut{},   // cut the namespace of a holder that is writing the fenced register off from the resource's, mid-write
 }
 
+// paymentsFaults are the payments workloads' classes: a holder killed or
+// paused at each step of its charge (fault_payments.go).
+var paymentsFaults = []faultClass{
+	paymentsPoint{"kill-intent", "intent", true},     // SIGKILL a holder that has claimed its order and not called the API
+	paymentsPoint{"kill-call", "call", true},         // SIGKILL a holder whose charge the API is processing
+	paymentsPoint{"kill-outcome", "outcome", true},   // SIGKILL a holder that has its reply and has not recorded the outcome
+	paymentsPoint{"pause-intent", "intent", false},   // SIGSTOP it there for longer than the TTL
+	paymentsPoint{"pause-call", "call", false},       // likewise
+	paymentsPoint{"pause-outcome", "outcome", false}, // likewise
+}
+
 // redisFaults are the Redis fault classes. Each aims at what the Redis
 // backends' docs name as their limit; the table measures what it does to
 // them.
@@ -92,6 +103,8 @@ var (
 	GuardClasses = classNames(guardFaults)
 	// RedisClasses are the Redis fault classes (redisFaults).
 	RedisClasses = classNames(redisFaults)
+	// PaymentsClasses are the payments workloads' classes (paymentsFaults).
+	PaymentsClasses = classNames(paymentsFaults)
 )
 
 func classNames(cs []faultClass) []string {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/integration/cluster/env"
+	"github.com/dlock-go/dlock/integration/cluster/history"
 )
 
 // staleLeader SIGSTOPs the etcd leader for longer than the TTL, then
@@ -26,8 +27,10 @@ func (staleLeader) Inject(ctx context.Context, in *injection) (func() error, err
 // reaches phase (waiting in Lock, holding, about to Unlock) within 2
 // TTLs, for longer than the TTL, then SIGCONT. A holder is paused
 // inside its critical section, where it will not look at Done again
-// before it writes. pause-use picks an exclusive holder (a Mutex's, a
-// leader's) if one gets there: its successor is granted while it is
+// before it writes (a payments holder: before it reads its next order,
+// which it then runs through the journal's Do, the check it relies on).
+// pause-use picks an exclusive holder (a Mutex's, a leader's, a payments
+// workload's) if one gets there: its successor is granted while it is
 // paused inside, which is the double grant the unfenced control must
 // see.
 type pauseWorker struct {
@@ -42,7 +45,7 @@ func (c pauseWorker) Duration(n *Nemesis) time.Duration     { return n.pastTTL()
 func (c pauseWorker) Inject(ctx context.Context, in *injection) (func() error, error) {
 	ttl := in.h.Cfg.TTL
 	only := func(w *env.Worker) bool {
-		return c.phase != "inside" || w.Workload == "mutex" || w.Workload == "election"
+		return c.phase != "inside" || w.Workload == "mutex" || w.Workload == "election" || history.IsPayments(w.Workload)
 	}
 	w := in.awaitPhase(ctx, c.phase, in.pick, 2*ttl, only)
 	if w == nil {

@@ -31,10 +31,10 @@ type Nemesis struct {
 	turns   map[string]int // faults of each class so far
 }
 
-// NewNemesis returns a nemesis for h's etcd classes (etcdFaults and
-// guardFaults).
+// NewNemesis returns a nemesis for h's etcd classes (etcdFaults,
+// guardFaults and paymentsFaults).
 func NewNemesis(h *env.Harness, rng *rand.Rand, logf func(string, ...any)) *Nemesis {
-	return &Nemesis{h: h, rng: rng, log: logf, classes: slices.Concat(etcdFaults, guardFaults), turns: map[string]int{}}
+	return &Nemesis{h: h, rng: rng, log: logf, classes: slices.Concat(etcdFaults, guardFaults, paymentsFaults), turns: map[string]int{}}
 }
 
 // NewRedisNemesis returns a nemesis for rh's Redis classes
