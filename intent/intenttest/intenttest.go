@@ -455,6 +455,7 @@ func (s *suite) race(t *testing.T) {
 	done := make(chan error, 1)
 	three := make(chan struct{})
 	go func() {
+		lateTries := 0
 		for i := 0; ; i++ {
 			if i == 3 {
 				close(three)
@@ -471,6 +472,12 @@ func (s *suite) race(t *testing.T) {
 			if errors.Is(err, intent.ErrSuperseded) {
 				done <- nil
 				return
+			}
+			if after.Load() {
+				if lateTries++; lateTries > 100 {
+					done <- fmt.Errorf("%d operations started after the later holder's Pending, none refused", lateTries)
+					return
+				}
 			}
 			if !errors.Is(err, errCall) {
 				done <- err
