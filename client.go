@@ -292,7 +292,7 @@ func (c *Client) Election(name string) (*election.Election, error) {
 // locks on etcd: a lock's intents live under "<prefix>/lock/<name>!intent/",
 // written in Txns that compare the grant's ownership. Use it with the
 // Client's Lockers, for resources that cannot check a fencing token. On
-// Redis backends it returns an error matching errors.ErrUnsupported: a
+// any other backend it returns an error matching errors.ErrUnsupported: a
 // journal needs a linearizable store (use intent.NewEtcd on an etcd
 // client, or contrib/pgfence's journal, with intent.New).
 func (c *Client) Journal() (*intent.Journal, error) {

@@ -40,9 +40,11 @@
 //     the resource allows it (see Journal.Pending).
 //   - A Redlock grant has no token (Seq 0): the journal refuses it.
 //   - The journal orders the holders of one lock name by token: it is for
-//     exclusive locks (a Mutex, an RWMutex's writer, an election's
-//     leader). The concurrent holders of a Semaphore would supersede one
-//     another.
+//     exclusive locks (a Mutex, an RWMutex's writer). The concurrent
+//     holders of a Semaphore would supersede one another. An election's
+//     Term is not a lock.Held.
+//   - The journal is as durable as its store: an etcd cluster restored
+//     from an older snapshot forgets the intents written since.
 //
 // # Stores
 //

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -21,19 +20,29 @@ import (
 
 // Etcd is a Store on etcd. A lock's journal lives beside its queue, under
 // "<prefix>/<name>!intent/" (each "/" in the name written "%2F"; names
-// never contain "!", so no lock's queue ranges over it): the mark at
-// "mark" (a 20-digit decimal) and each record at "op/<op>" (every byte of
-// the op outside [A-Za-z0-9-._~] written %XX), as JSON:
+// never contain "!", so no lock's queue ranges over it):
 //
-//	{"op":…,"key":…,"name":…,"seq":<the first writer's Seq>,"done":…,"failure":…,"at":…}
+//   - "mark": the mark, a 20-digit decimal;
+//   - "op/<op>" (every byte of the op outside [A-Za-z0-9-._~] written %XX):
+//     the record, as JSON
+//     {"op":…,"key":…,"name":…,"seq":<the first writer's Seq>,"done":…,"failure":…,"at":…};
+//   - "open/<op>": the same record while it is open, so that Open reads
+//     the open intents alone, however many finished ones are kept.
+//
+// A finished record is also listed, for compaction, under
+// "<prefix>/!intent-done/<20-digit Unix nanoseconds of its outcome>/…"
+// (its value the record's key), so that Compact reads only what it
+// removes, across every lock.
 //
 // Every write is one Txn that compares the mark's mod revision (so a raise
 // by a later holder in between voids it) and, when the grant is an etcd
 // grant (a *lock.Grant, or any Held with IsOwner() clientv3.Cmp), that the
 // grant's key still exists: a holder whose session expired is refused even
-// before a later holder writes, with an error matching lock.ErrLockLost.
-// Outcomes are recorded in the record; the records' order is their keys'
-// create revisions. Cost: a read and a Txn per write (two round trips).
+// before a later holder writes, with an error matching lock.ErrLockLost
+// (and ErrSuperseded too, if the mark has moved past it). The records'
+// order is their keys' create revisions. Cost: a read and a Txn per write
+// (two round trips, one raft write); a record's outcome is stamped with
+// the client's clock.
 type Etcd struct {
 	cli    *clientv3.Client
 	prefix string
@@ -46,7 +55,18 @@ var _ Store = (*Etcd)(nil)
 // Prefix and "/lock"), so that a journal sits beside its lock. A trailing
 // "/" is ignored.
 func NewEtcd(cli *clientv3.Client, prefix string) *Etcd {
+	if cli == nil {
+		panic("intent: NewEtcd: nil *clientv3.Client")
+	}
 	return &Etcd{cli: cli, prefix: strings.TrimSuffix(prefix, "/")}
+}
+
+// doneDir is the prefix of the journal-wide list of finished records.
+func (s *Etcd) doneDir() string { return s.prefix + "/!intent-done/" }
+
+// doneKey lists record key, finished at at, for compaction.
+func (s *Etcd) doneKey(at time.Time, key string) string {
+	return fmt.Sprintf("%s%020d/%s", s.doneDir(), at.UnixNano(), strings.TrimPrefix(key, s.prefix+"/"))
 }
 
 // dir returns the journal's key prefix for lock name.
@@ -146,7 +166,7 @@ func (s *Etcd) fenced(ctx context.Context, h lock.Held, read []clientv3.Op,
 		}
 		var orElse []clientv3.Op
 		if len(own) > 0 {
-			orElse = []clientv3.Op{clientv3.OpTxn(own, nil, nil)}
+			orElse = []clientv3.Op{clientv3.OpTxn(own, nil, nil), clientv3.OpGet(markKey)}
 		}
 		resp, err := s.cli.Txn(ctx).If(append(cmps, own...)...).Then(ops...).Else(orElse...).Commit()
 		if err != nil {
@@ -156,7 +176,13 @@ func (s *Etcd) fenced(ctx context.Context, h lock.Held, read []clientv3.Op,
 			return resp, nil
 		}
 		if len(own) > 0 && !resp.Responses[0].GetResponseTxn().Succeeded {
-			return nil, fmt.Errorf("%w: the grant's key %s is gone", lock.ErrLockLost, own[0].KeyBytes())
+			lost := fmt.Errorf("%w: the grant's key %s is gone", lock.ErrLockLost, own[0].KeyBytes())
+			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+				if m, err := strconv.ParseUint(string(kvs[0].Value), 10, 64); err == nil && m > t.Seq {
+					return nil, fmt.Errorf("%w (%w)", Stale(t, m), lost)
+				}
+			}
+			return nil, lost
 		}
 	}
 	return nil, fmt.Errorf("intent: %s: %d conflicting writes in a row", markKey, maxConflicts)
@@ -182,14 +208,15 @@ func (s *Etcd) Begin(ctx context.Context, h lock.Held, fresh Intent) (Record, er
 		}
 		rec = Record{Intent: fresh}
 		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(key, string(v))}, nil
+			[]clientv3.Op{clientv3.OpPut(key, string(v)), clientv3.OpPut(s.dir(t.Name)+"open/"+escapeOp(fresh.Op), string(v))}, nil
 	})
 	return rec, err
 }
 
 // Finish implements Store.
 func (s *Etcd) Finish(ctx context.Context, h lock.Held, op, failure string) error {
-	key := s.dir(h.Token().Name) + "op/" + escapeOp(op)
+	dir := s.dir(h.Token().Name)
+	key := dir + "op/" + escapeOp(op)
 	_, err := s.fenced(ctx, h, []clientv3.Op{clientv3.OpGet(key)}, func(got []*clientv3.GetResponse) ([]clientv3.Cmp, []clientv3.Op, error) {
 		kvs := got[0].Kvs
 		if len(kvs) == 0 {
@@ -208,15 +235,19 @@ func (s *Etcd) Finish(ctx context.Context, h lock.Held, op, failure string) erro
 			return nil, nil, err
 		}
 		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)},
-			[]clientv3.Op{clientv3.OpPut(key, string(v))}, nil
+			[]clientv3.Op{
+				clientv3.OpPut(key, string(v)),
+				clientv3.OpDelete(dir + "open/" + escapeOp(op)),
+				clientv3.OpPut(s.doneKey(r.At, key), key),
+			}, nil
 	})
 	return err
 }
 
-// Open implements Store: the mark is raised and the records read in one
-// Txn.
+// Open implements Store: the mark is raised and the open records read in
+// one Txn.
 func (s *Etcd) Open(ctx context.Context, h lock.Held) ([]Record, error) {
-	dir := s.dir(h.Token().Name) + "op/"
+	dir := s.dir(h.Token().Name) + "open/"
 	resp, err := s.fenced(ctx, h, nil, func([]*clientv3.GetResponse) ([]clientv3.Cmp, []clientv3.Op, error) {
 		return nil, []clientv3.Op{clientv3.OpGet(dir, clientv3.WithPrefix())}, nil
 	})
@@ -238,32 +269,49 @@ func (s *Etcd) Open(ctx context.Context, h lock.Held) ([]Record, error) {
 	return out, nil
 }
 
-// Compact implements Store: each record is deleted in a Txn that compares
-// its mod revision, so a record that changed since it was read stays.
-func (s *Etcd) Compact(ctx context.Context, name string, before time.Time, limit int) (int, error) {
-	resp, err := s.cli.Get(ctx, s.dir(name)+"op/", clientv3.WithPrefix())
+// Mark implements Store.
+func (s *Etcd) Mark(ctx context.Context, name string) (uint64, error) {
+	resp, err := s.cli.Get(ctx, s.dir(name)+"mark")
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0, err
+	}
+	return strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
+}
+
+// compactBatch is how many records one compaction Txn removes.
+const compactBatch = 32
+
+// Compact implements Store: it reads the list of finished records up to
+// before, and removes each listed record with its entry, in Txns of
+// compactBatch; a record whose mod revision is no longer its entry's (it
+// was removed and written anew since) stays, and only its entry goes.
+func (s *Etcd) Compact(ctx context.Context, before time.Time, limit int) (int, error) {
+	end := fmt.Sprintf("%s%020d", s.doneDir(), before.UnixNano())
+	resp, err := s.cli.Get(ctx, s.doneDir(), clientv3.WithRange(end), clientv3.WithLimit(int64(limit)))
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	var errs []error
-	for _, kv := range resp.Kvs {
-		if n == limit {
-			break
+	for kvs := resp.Kvs; len(kvs) > 0; {
+		batch := kvs[:min(len(kvs), compactBatch)]
+		kvs = kvs[len(batch):]
+		var ops []clientv3.Op
+		for _, kv := range batch {
+			rec := string(kv.Value)
+			ops = append(ops, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(rec), "=", kv.ModRevision)},
+				[]clientv3.Op{clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(rec)},
+				[]clientv3.Op{clientv3.OpDelete(string(kv.Key))}))
 		}
-		var r etcdRecord
-		if json.Unmarshal(kv.Value, &r) != nil || !r.Done || !r.At.Before(before) {
-			continue
-		}
-		d, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-			Then(clientv3.OpDelete(string(kv.Key))).Commit()
+		r, err := s.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			errs = append(errs, err)
-			break
+			return n, err
 		}
-		if d.Succeeded {
-			n++
+		for _, sub := range r.Responses {
+			if sub.GetResponseTxn().Succeeded {
+				n++
+			}
 		}
 	}
-	return n, errors.Join(errs...)
+	return n, nil
 }

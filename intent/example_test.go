@@ -46,6 +46,6 @@ func Example() {
 	fmt.Println("charges:", charges)
 	// Output:
 	// B finishes charge/invoice-42, first written by token 1
-	// A, stale: intent: "charge/invoice-43": not started, the grant ended: locktest: "invoices": lock: lock lost (Memory.Lose)
+	// A, stale: intent: "charge/invoice-43": superseded by a later holder, not started: fence: stale token for "invoices": seq 1 is below the highest admitted seq 2 (and the grant ended: locktest: "invoices": lock: lock lost (Memory.Lose))
 	// charges: 1
 }

@@ -28,7 +28,7 @@ type Record struct {
 	Intent
 	Done    bool      // an outcome is recorded
 	Failure string    // the recorded failure ("" for success); meaningful when Done
-	At      time.Time // when the outcome was recorded (the store's clock); zero while open
+	At      time.Time // when the outcome was recorded (for compaction; etcd: the client's clock); zero while open
 }
 
 // MaxOpLen is the longest operation id, in bytes.
@@ -55,10 +55,13 @@ type Store interface {
 	// Open returns the open records of h's lock, in the order their
 	// intents were first written.
 	Open(ctx context.Context, h lock.Held) ([]Record, error)
-	// Compact removes up to limit records of lock name whose outcome was
+	// Mark returns the mark of lock name's journal: the highest Seq that
+	// has written to it (0: none). It only reads.
+	Mark(ctx context.Context, name string) (uint64, error)
+	// Compact removes up to limit records, of any lock, whose outcome was
 	// recorded before before, and returns how many it removed. It never
 	// removes an open record. It is not fenced.
-	Compact(ctx context.Context, name string, before time.Time, limit int) (int, error)
+	Compact(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 var (
@@ -85,10 +88,16 @@ func (superseded) Is(target error) bool { return target == fence.ErrStaleToken }
 
 // Stale returns the error a Store returns when its mark for t.Name is
 // highest, above t.Seq: it matches ErrSuperseded, fence.ErrStaleToken and
-// (with errors.As) *fence.StaleTokenError.
+// (with errors.As) *fence.StaleTokenError, whose message it has.
 func Stale(t fence.Token, highest uint64) error {
-	return fmt.Errorf("%w: %w", ErrSuperseded, &fence.StaleTokenError{Name: t.Name, Seq: t.Seq, Highest: highest})
+	return &staleError{&fence.StaleTokenError{Name: t.Name, Seq: t.Seq, Highest: highest}}
 }
+
+type staleError struct{ st *fence.StaleTokenError }
+
+func (e *staleError) Error() string        { return e.st.Error() }
+func (e *staleError) Is(target error) bool { return target == ErrSuperseded }
+func (e *staleError) Unwrap() error        { return e.st }
 
 // FailedError is a failure recorded as an operation's outcome. It matches
 // ErrFailed, and the error it was recorded from while that is at hand

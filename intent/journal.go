@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,22 +27,28 @@ type Journal struct {
 	retention time.Duration
 
 	mu        sync.Mutex
-	compacted map[string]time.Time // lock name → last compaction
+	compacted time.Time // the last compaction
 }
 
 // New returns a Journal on store, keeping finished intents for
 // DefaultRetention.
 func New(store Store) *Journal {
-	return &Journal{store: store, retention: DefaultRetention, compacted: map[string]time.Time{}}
+	return &Journal{store: store, retention: DefaultRetention}
 }
 
 // WithRetention returns a Journal on the same store that keeps finished
-// intents for d (at least a minute; shorter is raised to a minute). Open
-// intents are never removed. Finished ones are removed by the Journal
-// itself, a batch at a time, after it records an outcome.
+// intents for d, which must be positive (it panics otherwise: a journal
+// that forgets outcomes at once would run operations again). Keep them at
+// least as long as the resources keep idempotency keys. Open intents are
+// never removed. Finished ones are removed by the Journal itself, a batch
+// at a time, after it records an outcome (at most every d/16), or by
+// Compact.
 func (j *Journal) WithRetention(d time.Duration) *Journal {
+	if d <= 0 {
+		panic(fmt.Sprintf("intent: WithRetention(%v): the retention must be positive", d))
+	}
 	n := New(j.store)
-	n.retention = max(d, time.Minute)
+	n.retention = d
 	return n
 }
 
@@ -58,11 +65,15 @@ func (j *Journal) WithRetention(d time.Duration) *Journal {
 //     or an error matching ErrFailed.
 //   - If a later holder of h's lock has written to the journal, Do returns
 //     an error matching ErrSuperseded and fence.ErrStaleToken and does not
-//     call fn. If that happens after fn ran, Do returns such an error too
-//     (the outcome is not recorded: the later holder finds the intent in
-//     Pending and runs it again, with the same key).
-//   - If h's grant has ended (Done is closed), Do does not call fn and
-//     returns h.Err().
+//     call fn, whether or not h's Done has closed. If that happens after fn
+//     ran, Do returns such an error too (the outcome is not recorded: the
+//     later holder finds the intent in Pending and runs it again, with the
+//     same key).
+//   - If h's grant has ended (Done is closed, or, on etcd, its key is
+//     gone), Do does not call fn and returns an error matching h.Err()
+//     (lock.ErrLockLost).
+//
+// A caller stops on either refusal: its grant is over.
 //
 // fn's error leaves the intent open (the call may have taken effect), and
 // Do returns it; fn returns Failed(err) to record a final failure instead.
@@ -72,13 +83,14 @@ func (j *Journal) Do(ctx context.Context, h lock.Held, op string, fn func(ctx co
 	if fn == nil {
 		return errors.New("intent: Do: nil fn")
 	}
-	if err := j.check(ctx, h, op); err != nil {
+	what := strconv.Quote(op)
+	if err := j.check(ctx, h, what, op); err != nil {
 		return err
 	}
 	t := h.Token()
 	rec, err := j.store.Begin(ctx, h, Intent{Op: op, Key: Key(t.Name, op, t.Seq), Token: t})
 	if err != nil {
-		return fmt.Errorf("intent: %q: write the intent: %w", op, err)
+		return refusal(what, "write the intent", err)
 	}
 	if rec.Done {
 		if rec.Failure != "" {
@@ -86,8 +98,8 @@ func (j *Journal) Do(ctx context.Context, h lock.Held, op string, fn func(ctx co
 		}
 		return nil
 	}
-	if err := ended(h); err != nil {
-		return fmt.Errorf("intent: %q: not started, the grant ended: %w", op, err)
+	if err := j.ended(ctx, h, what); err != nil {
+		return err
 	}
 	ferr := fn(NewContext(ctx, rec.Key), rec.Key)
 	var final *finalError
@@ -111,13 +123,29 @@ func (j *Journal) Do(ctx context.Context, h lock.Held, op string, fn func(ctx co
 		defer cancel()
 	}
 	if err := j.store.Finish(fctx, h, op, failure); err != nil {
-		return fmt.Errorf("intent: %q ran, but its outcome is not recorded: %w", op, err)
+		if errors.Is(err, ErrSuperseded) {
+			err = fmt.Errorf("intent: %s ran, but a later holder superseded this one before its outcome was recorded (that holder finishes it): %w", what, err)
+		} else {
+			err = fmt.Errorf("intent: %s ran, but its outcome is not recorded (the next attempt finishes it): %w", what, err)
+		}
+		if final != nil {
+			err = errors.Join(err, final.err)
+		}
+		return err
 	}
-	j.compact(ctx, t.Name)
+	j.compact(ctx)
 	if failure != "" {
 		return &FailedError{Op: op, Msg: failure, err: final.err}
 	}
 	return nil
+}
+
+// refusal words a Store's error for what (an op, or Pending) at step.
+func refusal(what, step string, err error) error {
+	if errors.Is(err, ErrSuperseded) {
+		return fmt.Errorf("intent: %s: superseded by a later holder, not started: %w", what, err)
+	}
+	return fmt.Errorf("intent: %s: %s: %w", what, step, err)
 }
 
 // Pending raises the journal's mark to h's token, so that no earlier holder
@@ -126,14 +154,15 @@ func (j *Journal) Do(ctx context.Context, h lock.Held, op string, fn func(ctx co
 // effect at its resource. Finish one with Do and its Op: fn gets its Key,
 // and the resource's deduplication makes the two calls one. Where the
 // resource does not deduplicate, look the operation up first (by Op or Key)
-// and skip the call if it happened; Do still records the outcome.
+// and skip the call if it happened; Do still records the outcome. Pending
+// refuses a superseded or ended grant as Do does.
 func (j *Journal) Pending(ctx context.Context, h lock.Held) ([]Intent, error) {
-	if err := j.check(ctx, h, "pending"); err != nil {
+	if err := j.check(ctx, h, "Pending", ""); err != nil {
 		return nil, err
 	}
 	recs, err := j.store.Open(ctx, h)
 	if err != nil {
-		return nil, fmt.Errorf("intent: read the open intents: %w", err)
+		return nil, refusal("Pending", "read the open intents", err)
 	}
 	seq := h.Token().Seq
 	out := make([]Intent, 0, len(recs))
@@ -145,56 +174,66 @@ func (j *Journal) Pending(ctx context.Context, h lock.Held) ([]Intent, error) {
 	return out, nil
 }
 
-// Compact removes the finished intents of lock name older than the
-// retention, up to 1,000 of them, and returns how many it removed. Do
-// calls it now and then; call it to compact a lock nobody writes to any
-// more.
-func (j *Journal) Compact(ctx context.Context, name string) (int, error) {
-	return j.store.Compact(ctx, name, time.Now().Add(-j.retention), 1000)
+// Compact removes up to 1,000 finished intents (of every lock) older than
+// the retention, and returns how many it removed. Do calls it now and then
+// (at most every retention/16); call it where the journal is written too
+// rarely for that.
+func (j *Journal) Compact(ctx context.Context) (int, error) {
+	return j.store.Compact(ctx, time.Now().Add(-j.retention), 1000)
 }
 
-// compact runs Compact for name at most once per 1/16 of the retention.
-// A failure is ignored: the next one retries.
-func (j *Journal) compact(ctx context.Context, name string) {
+// compact removes a batch of old finished intents, at most once per 1/16
+// of the retention. A failure is ignored: the next one retries.
+func (j *Journal) compact(ctx context.Context) {
 	now := time.Now()
 	j.mu.Lock()
-	if now.Sub(j.compacted[name]) < j.retention/16 {
+	if now.Sub(j.compacted) < j.retention/16 {
 		j.mu.Unlock()
 		return
 	}
-	j.compacted[name] = now
+	j.compacted = now
 	j.mu.Unlock()
-	_, _ = j.store.Compact(ctx, name, now.Add(-j.retention), 100)
+	_, _ = j.store.Compact(ctx, now.Add(-j.retention), 100)
 }
 
-func (j *Journal) check(ctx context.Context, h lock.Held, op string) error {
+// check refuses bad input, an ended grant and an ended ctx; what names the
+// call in errors, op is the op to check ("" for Pending).
+func (j *Journal) check(ctx context.Context, h lock.Held, what, op string) error {
 	if h == nil {
-		return errors.New("intent: nil lock.Held")
+		return fmt.Errorf("intent: %s: nil lock.Held", what)
 	}
-	if err := checkOp(op); err != nil {
-		return err
+	if what != "Pending" {
+		if err := checkOp(op); err != nil {
+			return err
+		}
 	}
 	if err := h.Token().Check(); err != nil {
-		return fmt.Errorf("intent: %q: the grant has no usable token: %w", op, err)
+		return fmt.Errorf("intent: %s: the grant has no usable token: %w", what, err)
 	}
-	if err := ended(h); err != nil {
-		return fmt.Errorf("intent: %q: not started, the grant ended: %w", op, err)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("intent: %s: %w", what, err)
 	}
-	return ctx.Err()
+	return j.ended(ctx, h, what)
 }
 
-// ended returns h.Err() once h's Done is closed.
-func ended(h lock.Held) error {
+// ended refuses h once its Done is closed, with an error matching h.Err()
+// and also, if a later holder has written to the journal, ErrSuperseded.
+func (j *Journal) ended(ctx context.Context, h lock.Held, what string) error {
 	if fault.Planted(fault.UnfencedIntent) {
 		return nil
 	}
 	select {
 	case <-h.Done():
-		if err := h.Err(); err != nil {
-			return err
-		}
-		return lock.ErrLockLost
 	default:
 		return nil
 	}
+	cause := h.Err()
+	if cause == nil {
+		cause = lock.ErrLockLost
+	}
+	t := h.Token()
+	if mark, err := j.store.Mark(ctx, t.Name); err == nil && mark > t.Seq {
+		return fmt.Errorf("intent: %s: superseded by a later holder, not started: %w (and the grant ended: %w)", what, Stale(t, mark), cause)
+	}
+	return fmt.Errorf("intent: %s: not started, the grant ended: %w", what, cause)
 }

@@ -117,25 +117,36 @@ func (m *Memory) Open(ctx context.Context, h lock.Held) ([]Record, error) {
 	return out, nil
 }
 
-// Compact implements Store.
-func (m *Memory) Compact(ctx context.Context, name string, before time.Time, limit int) (int, error) {
+// Mark implements Store.
+func (m *Memory) Mark(ctx context.Context, name string) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l := m.locks[name]
-	if l == nil {
-		return 0, nil
+	if l := m.locks[name]; l != nil {
+		return l.mark, nil
 	}
+	return 0, nil
+}
+
+// Compact implements Store.
+func (m *Memory) Compact(ctx context.Context, before time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	n := 0
-	for op, r := range l.recs {
-		if n == limit {
-			break
-		}
-		if r.Done && r.At.Before(before) {
-			delete(l.recs, op)
-			n++
+	for _, l := range m.locks {
+		for op, r := range l.recs {
+			if n == limit {
+				return n, nil
+			}
+			if r.Done && r.At.Before(before) {
+				delete(l.recs, op)
+				n++
+			}
 		}
 	}
 	return n, nil

@@ -42,9 +42,11 @@ const IntentDDL = `CREATE TABLE IF NOT EXISTS "dlock_fences_intents" (
 	ord     bigint         GENERATED ALWAYS AS IDENTITY,
 	PRIMARY KEY (name, op)
 );
-CREATE INDEX IF NOT EXISTS "dlock_fences_intents_ord" ON "dlock_fences_intents" (name, done, ord)`
+CREATE INDEX IF NOT EXISTS "dlock_fences_intents_ord" ON "dlock_fences_intents" (name, done, ord);
+CREATE INDEX IF NOT EXISTS "dlock_fences_intents_at" ON "dlock_fences_intents" (at) WHERE done`
 
-// intentDDLFormat: %[1]s is the intents table, %[2]s its index's name.
+// intentDDLFormat: %[1]s is the intents table, %[2]s and %[3]s its
+// indexes' names.
 const intentDDLFormat = `CREATE TABLE IF NOT EXISTS %[1]s (
 	name    text           NOT NULL,
 	op      bytea          NOT NULL,
@@ -56,7 +58,8 @@ const intentDDLFormat = `CREATE TABLE IF NOT EXISTS %[1]s (
 	ord     bigint         GENERATED ALWAYS AS IDENTITY,
 	PRIMARY KEY (name, op)
 );
-CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (name, done, ord)`
+CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (name, done, ord);
+CREATE INDEX IF NOT EXISTS %[3]s ON %[1]s (at) WHERE done`
 
 // The journal's statements. Each fenced method sends the guard's admit
 // statement (admitFormat) and one of these in one batch: one round trip,
@@ -95,10 +98,11 @@ SELECT EXISTS (SELECT FROM upd) OR EXISTS (SELECT FROM %[2]s WHERE name = $1 AND
 WHERE name = $1 AND NOT done AND ` + admittedFormat + `
 ORDER BY ord`
 
-	// compactFormat deletes up to $3 finished records older than $2,
-	// oldest first; it is not fenced.
-	compactFormat = `DELETE FROM %[2]s WHERE name = $1 AND op IN (
-	SELECT op FROM %[2]s WHERE name = $1 AND done AND at < $2 ORDER BY ord LIMIT $3
+	// compactFormat deletes up to $2 finished records older than $1, of
+	// every lock, oldest first (the index on at, done records only); it is
+	// not fenced.
+	compactFormat = `DELETE FROM %[2]s WHERE (name, op) IN (
+	SELECT name, op FROM %[2]s WHERE done AND at < $1 ORDER BY at LIMIT $2
 )`
 )
 
@@ -150,12 +154,13 @@ func NewIntentStore(pool *pgxpool.Pool, opts ...Option) (*IntentStore, error) {
 	}
 	intents := pgx.Identifier(append(slices.Clip(schema), last+IntentsSuffix)).Sanitize()
 	index := pgx.Identifier{last + IntentsSuffix + "_ord"}.Sanitize()
+	atIndex := pgx.Identifier{last + IntentsSuffix + "_at"}.Sanitize()
 	f := func(format string) string { return fmt.Sprintf(format, g.table, intents) }
 	return &IntentStore{
 		pool:    pool,
 		g:       g,
 		intents: intents,
-		ddl:     g.ddl + ";\n" + fmt.Sprintf(intentDDLFormat, intents, index),
+		ddl:     g.ddl + ";\n" + fmt.Sprintf(intentDDLFormat, intents, index, atIndex),
 		begin:   f(beginFormat),
 		finish:  f(finishFormat),
 		open:    f(openFormat),
@@ -259,17 +264,21 @@ func (s *IntentStore) Open(ctx context.Context, h lock.Held) ([]intent.Record, e
 	return out, nil
 }
 
+// Mark implements intent.Store: the Guard's high-water mark for name.
+func (s *IntentStore) Mark(ctx context.Context, name string) (uint64, error) {
+	return s.g.Highest(ctx, name)
+}
+
 // Compact implements intent.Store: one DELETE of the oldest finished
-// records (by when their intents were written) whose outcome was recorded
-// before before, by the database's clock. A limit of 0 or less removes
-// nothing.
-func (s *IntentStore) Compact(ctx context.Context, name string, before time.Time, limit int) (int, error) {
+// records, of every lock, whose outcome was recorded before before, by the
+// database's clock. A limit of 0 or less removes nothing.
+func (s *IntentStore) Compact(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, ctx.Err()
 	}
-	tag, err := s.pool.Exec(ctx, s.compact, name, before, limit)
+	tag, err := s.pool.Exec(ctx, s.compact, before, limit)
 	if err != nil {
-		return 0, fmt.Errorf("pgfence: compact %s of %q: %w", s.intents, name, err)
+		return 0, fmt.Errorf("pgfence: compact %s: %w", s.intents, err)
 	}
 	return int(tag.RowsAffected()), nil
 }

@@ -255,13 +255,13 @@ func TestIntentStoreRows(t *testing.T) {
 	assert.Equal(t, fence.Token{Name: "mail", Seq: 7}, p[0].Token)
 
 	// Compact compares the database's stamp with the caller's time.
-	n, err := s.Compact(ctx, "mail", time.Now().Add(-time.Minute), 10)
+	n, err := s.Compact(ctx, time.Now().Add(-time.Minute), 10)
 	require.NoError(t, err)
 	assert.Zero(t, n)
-	n, err = s.Compact(ctx, "mail", time.Now().Add(time.Minute), 0)
+	n, err = s.Compact(ctx, time.Now().Add(time.Minute), 0)
 	require.NoError(t, err)
 	assert.Zero(t, n, "limit 0 removes nothing")
-	n, err = s.Compact(ctx, "mail", time.Now().Add(time.Minute), 10)
+	n, err = s.Compact(ctx, time.Now().Add(time.Minute), 10)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
 	assert.Equal(t, "1", queryString(t, pool, `SELECT count(*)::text FROM dlock_fences_intents`), "the open record stays")

@@ -62,7 +62,14 @@ func (s *Server) DSN(db string) string {
 // server on a free loopback port. The caller must call Stop. It returns an
 // error matching ErrNotInstalled when the binaries are missing. ctx bounds
 // the startup, together with StartTimeout.
-func StartServer(ctx context.Context) (*Server, error) {
+func StartServer(ctx context.Context) (*Server, error) { return startServer(ctx, false) }
+
+// StartDurableServer is StartServer with PostgreSQL's default durability
+// (fsync, synchronous_commit and full_page_writes on): for benchmarks of
+// what a commit costs.
+func StartDurableServer(ctx context.Context) (*Server, error) { return startServer(ctx, true) }
+
+func startServer(ctx context.Context, durable bool) (*Server, error) {
 	bin, err := findBinDir()
 	if err != nil {
 		return nil, err
@@ -110,7 +117,7 @@ func StartServer(ctx context.Context) (*Server, error) {
 	}
 
 	s, err := testenv.Launch(ctx, func(port int) (*Server, error) {
-		return launch(ctx, bin, dir, dataDir, sockDir, port, cred)
+		return launch(ctx, bin, dir, dataDir, sockDir, port, cred, durable)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
@@ -119,18 +126,19 @@ func StartServer(ctx context.Context) (*Server, error) {
 	return s, nil
 }
 
-func launch(ctx context.Context, bin, dir, dataDir, sockDir string, port int, cred *syscall.Credential) (*Server, error) {
-	cmd := exec.Command(filepath.Join(bin, "postgres"),
+func launch(ctx context.Context, bin, dir, dataDir, sockDir string, port int, cred *syscall.Credential, durable bool) (*Server, error) {
+	args := []string{
 		"-D", dataDir,
 		"-p", strconv.Itoa(port),
 		"-k", sockDir,
 		"-c", "listen_addresses=127.0.0.1",
-		"-c", "fsync=off",
-		"-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off",
 		"-c", "max_connections=200",
 		"-c", "shared_buffers=32MB",
-	)
+	}
+	if !durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Dir = dir
 	cmd.Env = childEnv()
 	cmd.SysProcAttr = sysProcAttr(cred)

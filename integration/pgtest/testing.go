@@ -18,6 +18,12 @@ func Start(t testing.TB) *Server {
 	return testenv.StartFor(t, "postgres", ErrNotInstalled, StartServer)
 }
 
+// StartDurable is Start with StartDurableServer: fsync on.
+func StartDurable(t testing.TB) *Server {
+	t.Helper()
+	return testenv.StartFor(t, "postgres", ErrNotInstalled, StartDurableServer)
+}
+
 var shared struct {
 	once sync.Once
 	srv  *Server

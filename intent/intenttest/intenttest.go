@@ -54,6 +54,9 @@ func Run(t *testing.T, b Backend) {
 		{"CancelledContext", s.cancelled},
 		{"Compaction", s.compaction},
 		{"RaceWithLaterHolder", s.race},
+		{"Mark", s.mark},
+		{"FirstOutcomeKept", s.firstOutcomeKept},
+		{"EndedAndSuperseded", s.endedAndSuperseded},
 	} {
 		t.Run(c.name, c.f)
 	}
@@ -98,7 +101,7 @@ var _ lock.Held = (*Held)(nil)
 func (s *suite) setup(t *testing.T) (*intent.Journal, intent.Store, string, context.Context) {
 	t.Helper()
 	st := s.b.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), s.b.Timeout)
+	ctx, cancel := context.WithTimeout(t.Context(), s.b.Timeout)
 	t.Cleanup(cancel)
 	slug := strings.Map(func(r rune) rune {
 		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '.' {
@@ -240,14 +243,28 @@ func (s *suite) supersededByPending(t *testing.T) {
 	if _, err := j.Pending(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	superseded(t, "Do by the earlier holder after Pending", j.Do(ctx, a, "op-2", c.fn(nil)), 10, 20)
+	superseded(t, "Do by the earlier holder after Pending", j.Do(ctx, a, "op-2", c.fn(errCall)), 10, 20)
 	_, err := j.Pending(ctx, a)
 	superseded(t, "Pending by the earlier holder", err, 10, 20)
+	noStaleIntent(t, j, ctx, name, "op-2")
 	if c.n() != 1 {
 		t.Fatalf("fn called %d times, want 1 (the stale holder's must not run)", c.n())
 	}
 	if !errors.Is(intent.ErrSuperseded, fence.ErrStaleToken) {
 		t.Fatal("intent.ErrSuperseded does not match fence.ErrStaleToken")
+	}
+}
+
+// noStaleIntent checks that a refused holder's intent for op was not
+// written: a later holder's Pending does not list it.
+func noStaleIntent(t *testing.T, j *intent.Journal, ctx context.Context, name, op string) {
+	t.Helper()
+	p, err := j.Pending(ctx, NewHeld(name, 1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(ops(p), op) {
+		t.Fatalf("the refused holder's intent for %s was written: a later Pending lists %q", op, ops(p))
 	}
 }
 
@@ -258,8 +275,9 @@ func (s *suite) supersededByDo(t *testing.T) {
 	if err := j.Do(ctx, b, "op-b", c.fn(nil)); err != nil {
 		t.Fatal(err)
 	}
-	superseded(t, "Do by the earlier holder after a later holder's Do", j.Do(ctx, a, "op-a", c.fn(nil)), 10, 20)
+	superseded(t, "Do by the earlier holder after a later holder's Do", j.Do(ctx, a, "op-a", c.fn(errCall)), 10, 20)
 	superseded(t, "Do of the later holder's op by the earlier holder", j.Do(ctx, a, "op-b", c.fn(nil)), 10, 20)
+	noStaleIntent(t, j, ctx, name, "op-a")
 	if c.n() != 1 {
 		t.Fatalf("fn called %d times, want 1", c.n())
 	}
@@ -423,37 +441,121 @@ func (s *suite) compaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The default retention keeps what just finished.
-	if n, err := j.Compact(ctx, name); err != nil || n != 0 {
-		t.Fatalf("Compact within the retention = %d, %v; want 0", n, err)
+	if _, err := j.Compact(ctx); err != nil {
+		t.Fatalf("Compact: %v", err)
 	}
-	// Past it (the clock moved on): finished records go, a batch at a time.
-	if n, err := st.Compact(ctx, name, time.Now().Add(time.Hour), 2); err != nil || n != 2 {
+	if err := j.Do(ctx, h, "done-0", c.fn(nil)); err != nil || c.n() != 6 {
+		t.Fatalf("Do of an op finished within the retention: %v, fn calls %d; want its outcome, no call", err, c.n())
+	}
+	// Past it (the clock moved on): finished records go, a batch at a
+	// time (the store may hold other tests' records too).
+	if n, err := st.Compact(ctx, time.Now().Add(time.Hour), 2); err != nil || n != 2 {
 		t.Fatalf("Compact(limit 2) = %d, %v; want 2", n, err)
 	}
-	if n, err := st.Compact(ctx, name, time.Now().Add(time.Hour), 100); err != nil || n != 3 {
-		t.Fatalf("Compact = %d, %v; want the other 3", n, err)
+	for {
+		n, err := st.Compact(ctx, time.Now().Add(time.Hour), 100)
+		if err != nil {
+			t.Fatalf("Compact: %v", err)
+		}
+		if n == 0 {
+			break
+		}
 	}
 	p, err := j.Pending(ctx, NewHeld(name, 4))
 	if err != nil || !slices.Equal(ops(p), []string{"open"}) {
 		t.Fatalf("Pending after compaction = %q, %v; an open intent is never dropped", ops(p), err)
 	}
 	// A compacted operation is new again (its key too: a later token).
-	if err := j.Do(ctx, NewHeld(name, 5), "done-0", c.fn(nil)); err != nil || c.n() != 7 {
-		t.Fatalf("Do of a compacted op: %v, fn calls %d; want it run again", err, c.n())
+	later := NewHeld(name, 5)
+	for i := range 5 {
+		if err := j.Do(ctx, later, fmt.Sprintf("done-%d", i), c.fn(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.n() != 11 || c.keys[10] != intent.Key(name, "done-4", 5) {
+		t.Fatalf("fn calls %d (last key %q); want the 5 compacted ops run again under token 5", c.n(), c.keys[len(c.keys)-1])
 	}
 }
 
-// race runs an earlier holder's Do loop against a later holder's Pending:
-// every call the earlier holder starts after Pending returned must be one
-// of the intents Pending returned (written before the mark moved).
-func (s *suite) race(t *testing.T) {
+func (s *suite) mark(t *testing.T) {
+	j, st, name, ctx := s.setup(t)
+	if m, err := st.Mark(ctx, name); err != nil || m != 0 {
+		t.Fatalf("Mark of an unused journal = %d, %v; want 0", m, err)
+	}
+	var c calls
+	if err := j.Do(ctx, NewHeld(name, 12), "op", c.fn(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Pending(ctx, NewHeld(name, 30)); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Mark(ctx, name); err != nil || m != 30 {
+		t.Fatalf("Mark = %d, %v; want 30, the highest Seq that wrote", m, err)
+	}
+}
+
+func (s *suite) firstOutcomeKept(t *testing.T) {
+	j, st, name, ctx := s.setup(t)
+	h := NewHeld(name, 3)
+	fresh := intent.Intent{Op: "op", Key: intent.Key(name, "op", 3), Token: h.Token()}
+	if _, err := st.Begin(ctx, h, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Finish(ctx, h, "op", "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Finish(ctx, h, "op", ""); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.Begin(ctx, h, fresh)
+	if err != nil || !rec.Done || rec.Failure != "first" {
+		t.Fatalf("the record after two Finishes = %+v, %v; want the first outcome", rec, err)
+	}
+	var c calls
+	var f *intent.FailedError
+	if err := j.Do(ctx, h, "op", c.fn(nil)); !errors.As(err, &f) || f.Msg != "first" || c.n() != 0 {
+		t.Fatalf("Do = %v (fn calls %d); want the first outcome, no call", err, c.n())
+	}
+}
+
+func (s *suite) endedAndSuperseded(t *testing.T) {
 	j, _, name, ctx := s.setup(t)
+	a := NewHeld(name, 10)
+	if _, err := j.Pending(ctx, NewHeld(name, 20)); err != nil {
+		t.Fatal(err)
+	}
+	a.End()
+	var c calls
+	err := j.Do(ctx, a, "op", c.fn(nil))
+	superseded(t, "Do by an ended and superseded grant", err, 10, 20)
+	if !errors.Is(err, lock.ErrLockLost) || c.n() != 0 {
+		t.Fatalf("Do = %v (fn calls %d); want lock.ErrLockLost too, and no call", err, c.n())
+	}
+}
+
+// race runs an earlier holder's Do loop against a later holder's Pending,
+// 20 rounds: every call the earlier holder starts after Pending returned
+// must be one of the intents Pending returned (written before the mark
+// moved).
+func (s *suite) race(t *testing.T) {
+	for round := range 20 {
+		s.raceOnce(t, round)
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+func (s *suite) raceOnce(t *testing.T, round int) {
+	j, _, name, ctx := s.setup(t)
+	ctx, cancel := context.WithCancel(ctx)
 	a, b := NewHeld(name, 10), NewHeld(name, 20)
 	var after atomic.Bool
 	var mu sync.Mutex
 	var late []string // ops whose call started after Pending returned
 	done := make(chan error, 1)
 	three := make(chan struct{})
+	defer func() { cancel(); <-done }()
 	go func() {
 		lateTries := 0
 		for i := 0; ; i++ {
@@ -489,23 +591,31 @@ func (s *suite) race(t *testing.T) {
 	select {
 	case <-three:
 	case err := <-done:
-		t.Fatalf("the earlier holder's loop ended early: %v", err)
+		done <- err
+		t.Errorf("round %d: the earlier holder's loop ended early: %v", round, err)
+		return
 	}
 	p, err := j.Pending(ctx, b)
 	after.Store(true)
 	if err != nil {
-		t.Fatal(err)
+		t.Errorf("round %d: Pending: %v", round, err)
+		return
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("the earlier holder's loop: %v", err)
+	err = <-done
+	done <- nil
+	if err != nil {
+		t.Errorf("round %d: the earlier holder's loop: %v", round, err)
+		return
 	}
 	open := map[string]bool{}
 	for _, i := range p {
 		open[i.Op] = true
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	for _, op := range late {
 		if !open[op] {
-			t.Errorf("the earlier holder started %s after the later holder's Pending, and Pending did not list it", op)
+			t.Errorf("round %d: the earlier holder started %s after the later holder's Pending, and Pending did not list it", round, op)
 		}
 	}
 }

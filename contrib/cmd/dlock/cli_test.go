@@ -26,8 +26,8 @@ func TestDemo(t *testing.T) {
 	assert.Contains(t, r.stdout, `charges for "invoice-43": without the journal 2, with the journal and keys 1`)
 	assert.Regexp(t, `j\.Pending lists A's open intent: op "charge/invoice-43", key charge-invoice-43\.\d+\.\S+, A's token \d+`, r.stdout)
 	assert.Regexp(t, `the API replays A's ch_keyed_1: no new charge`, r.stdout)
-	assert.Regexp(t, `REFUSED: intent: "charge/invoice-43" ran, but its outcome is not recorded: intent: superseded by a later holder: fence: stale token`, r.stdout)
-	assert.Regexp(t, `tries j\.Do\("charge/invoice-44"\): REFUSED, the API not called: intent: "charge/invoice-44": not started`, r.stdout)
+	assert.Regexp(t, `REFUSED: intent: "charge/invoice-43" ran, but a later holder superseded this one before its outcome was recorded \(that holder finishes it\): fence: stale token`, r.stdout)
+	assert.Regexp(t, `tries j\.Do\("charge/invoice-44"\): REFUSED, the API not called: intent: "charge/invoice-44": superseded by a later holder, not started: fence: stale token`, r.stdout)
 	assert.Less(t, r.elapsed, 30*time.Second)
 	t.Logf("demo took %v:\n%s", r.elapsed, r.stdout)
 }
