@@ -119,7 +119,7 @@ const maxConflicts = 100
 // ops in a Txn that compares the mark's mod revision, plan's own
 // comparisons and h's ownership, raising the mark to h's Seq with them. A
 // commit that fails because the journal moved is retried from the read.
-func (s *Etcd) fenced(ctx context.Context, h lock.Held, read []clientv3.Op,
+func (s *Etcd) fenced(ctx context.Context, h Grant, read []clientv3.Op,
 	plan func(got []*clientv3.GetResponse) ([]clientv3.Cmp, []clientv3.Op, error),
 ) (*clientv3.TxnResponse, error) {
 	t := h.Token()
@@ -189,7 +189,7 @@ func (s *Etcd) fenced(ctx context.Context, h lock.Held, read []clientv3.Op,
 }
 
 // Begin implements Store.
-func (s *Etcd) Begin(ctx context.Context, h lock.Held, fresh Intent) (Record, error) {
+func (s *Etcd) Begin(ctx context.Context, h Grant, fresh Intent) (Record, error) {
 	t := h.Token()
 	key := s.dir(t.Name) + "op/" + escapeOp(fresh.Op)
 	var rec Record
@@ -214,7 +214,7 @@ func (s *Etcd) Begin(ctx context.Context, h lock.Held, fresh Intent) (Record, er
 }
 
 // Finish implements Store.
-func (s *Etcd) Finish(ctx context.Context, h lock.Held, op, failure string) error {
+func (s *Etcd) Finish(ctx context.Context, h Grant, op, failure string) error {
 	dir := s.dir(h.Token().Name)
 	key := dir + "op/" + escapeOp(op)
 	_, err := s.fenced(ctx, h, []clientv3.Op{clientv3.OpGet(key)}, func(got []*clientv3.GetResponse) ([]clientv3.Cmp, []clientv3.Op, error) {
@@ -246,7 +246,7 @@ func (s *Etcd) Finish(ctx context.Context, h lock.Held, op, failure string) erro
 
 // Open implements Store: the mark is raised and the open records read in
 // one Txn.
-func (s *Etcd) Open(ctx context.Context, h lock.Held) ([]Record, error) {
+func (s *Etcd) Open(ctx context.Context, h Grant) ([]Record, error) {
 	dir := s.dir(h.Token().Name) + "open/"
 	resp, err := s.fenced(ctx, h, nil, func([]*clientv3.GetResponse) ([]clientv3.Cmp, []clientv3.Op, error) {
 		return nil, []clientv3.Op{clientv3.OpGet(dir, clientv3.WithPrefix())}, nil

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/fault"
-	"github.com/dlock-go/dlock/lock"
 )
 
 // Memory is a Store in memory, for tests (with lock/locktest's Memory): it
@@ -40,7 +39,7 @@ func NewMemory() *Memory {
 
 // fence checks h's token against the mark of its lock and raises the mark;
 // m.mu is held.
-func (m *Memory) fence(ctx context.Context, h lock.Held) (*memJournal, error) {
+func (m *Memory) fence(ctx context.Context, h Grant) (*memJournal, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -61,7 +60,7 @@ func (m *Memory) fence(ctx context.Context, h lock.Held) (*memJournal, error) {
 }
 
 // Begin implements Store.
-func (m *Memory) Begin(ctx context.Context, h lock.Held, fresh Intent) (Record, error) {
+func (m *Memory) Begin(ctx context.Context, h Grant, fresh Intent) (Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, err := m.fence(ctx, h)
@@ -78,7 +77,7 @@ func (m *Memory) Begin(ctx context.Context, h lock.Held, fresh Intent) (Record, 
 }
 
 // Finish implements Store.
-func (m *Memory) Finish(ctx context.Context, h lock.Held, op, failure string) error {
+func (m *Memory) Finish(ctx context.Context, h Grant, op, failure string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, err := m.fence(ctx, h)
@@ -96,7 +95,7 @@ func (m *Memory) Finish(ctx context.Context, h lock.Held, op, failure string) er
 }
 
 // Open implements Store.
-func (m *Memory) Open(ctx context.Context, h lock.Held) ([]Record, error) {
+func (m *Memory) Open(ctx context.Context, h Grant) ([]Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, err := m.fence(ctx, h)

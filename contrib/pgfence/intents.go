@@ -13,8 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock-go/dlock/fence"
-	"github.com/dlock-go/dlock/intent"
-	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/intent/store"
 )
 
 // IntentsSuffix is appended to the fences table's name to name the intents
@@ -125,7 +124,7 @@ type IntentStore struct {
 	compact string
 }
 
-var _ intent.Store = (*IntentStore)(nil)
+var _ store.Store = (*IntentStore)(nil)
 
 // NewIntentStore returns a Store on pool. It takes New's options: WithTable
 // names the fences table whose marks fence the journal (the journal's own
@@ -185,9 +184,9 @@ func (s *IntentStore) Migrate(ctx context.Context) error {
 }
 
 // Begin implements intent.Store.
-func (s *IntentStore) Begin(ctx context.Context, h lock.Held, fresh intent.Intent) (intent.Record, error) {
+func (s *IntentStore) Begin(ctx context.Context, h store.Grant, fresh store.Intent) (store.Record, error) {
 	t := h.Token()
-	rec := intent.Record{Intent: fresh}
+	rec := store.Record{Intent: fresh}
 	err := s.fenced(ctx, h, "begin", fresh.Op, s.begin,
 		[]any{[]byte(fresh.Op), fresh.Key, strconv.FormatUint(fresh.Token.Seq, 10)},
 		func(br pgx.BatchResults) error {
@@ -212,7 +211,7 @@ func (s *IntentStore) Begin(ctx context.Context, h lock.Held, fresh intent.Inten
 			return nil
 		})
 	if err != nil {
-		return intent.Record{}, err
+		return store.Record{}, err
 	}
 	return rec, nil
 }
@@ -220,7 +219,7 @@ func (s *IntentStore) Begin(ctx context.Context, h lock.Held, fresh intent.Inten
 // Finish implements intent.Store. The outcome's time is the database's
 // clock (now(), the transaction's start). A failure is stored as text:
 // invalid UTF-8 and NUL bytes in it become U+FFFD.
-func (s *IntentStore) Finish(ctx context.Context, h lock.Held, op, failure string) error {
+func (s *IntentStore) Finish(ctx context.Context, h store.Grant, op, failure string) error {
 	failure = strings.ReplaceAll(strings.ToValidUTF8(failure, "\uFFFD"), "\x00", "\uFFFD")
 	return s.fenced(ctx, h, "finish", op, s.finish, []any{[]byte(op), failure},
 		func(br pgx.BatchResults) error {
@@ -237,17 +236,17 @@ func (s *IntentStore) Finish(ctx context.Context, h lock.Held, op, failure strin
 
 // Open implements intent.Store: the mark is raised and the open records
 // read in one transaction.
-func (s *IntentStore) Open(ctx context.Context, h lock.Held) ([]intent.Record, error) {
+func (s *IntentStore) Open(ctx context.Context, h store.Grant) ([]store.Record, error) {
 	t := h.Token()
-	var out []intent.Record
+	var out []store.Record
 	err := s.fenced(ctx, h, "open", "", s.open, nil, func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (intent.Record, error) {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Record, error) {
 			var op []byte
-			var r intent.Record
+			var r store.Record
 			var seq string
 			if err := row.Scan(&op, &r.Key, &seq); err != nil {
 				return r, err
@@ -287,7 +286,7 @@ func (s *IntentStore) Compact(ctx context.Context, before time.Time, limit int) 
 // transaction: the guard's admit statement, then stmt with $1 the lock's
 // name, $2 the token's Seq and args from $3 on. read reads stmt's result
 // when the token was admitted; a higher mark returns intent.Stale.
-func (s *IntentStore) fenced(ctx context.Context, h lock.Held, step, op, stmt string, args []any, read func(pgx.BatchResults) error) error {
+func (s *IntentStore) fenced(ctx context.Context, h store.Grant, step, op, stmt string, args []any, read func(pgx.BatchResults) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -302,7 +301,7 @@ func (s *IntentStore) fenced(ctx context.Context, h lock.Held, step, op, stmt st
 		b.Queue(s.g.admit, t.Name, seq)
 		b.Queue(stmt, append([]any{t.Name, seq}, args...)...)
 		err := s.send(ctx, t, b, read)
-		if err != nil && !errors.Is(err, intent.ErrSuperseded) {
+		if err != nil && !errors.Is(err, store.ErrSuperseded) {
 			what := step
 			if op != "" {
 				what += fmt.Sprintf(" %q", op)
@@ -337,7 +336,7 @@ func (s *IntentStore) send(ctx context.Context, t fence.Token, b *pgx.Batch, rea
 			return err
 		}
 		if mark != t.Seq {
-			return intent.Stale(t, mark)
+			return store.Stale(t, mark)
 		}
 		return read(br)
 	}()
