@@ -11,6 +11,11 @@
 // Result.Check's business, by evidence (a pause, a slow clock, etcd's
 // stale-leader revoke read from the WALs).
 //
+// The payments workloads are judged by their effects instead
+// (payments.go): the orders their intent journals started, in etcd's
+// keyspace history, against the charges their payment APIs made, and no
+// intent started by a holder whose grant was over.
+//
 // # Caveats
 //
 // A checker is trusted only once it has been seen to fail: the cluster

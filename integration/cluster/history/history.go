@@ -77,7 +77,7 @@ const (
 // Event is one line of a worker's history.
 type Event struct {
 	W        int    `json:"w"`             // worker index
-	Workload string `json:"wl"`            // "mutex", "semaphore", "rwmutex", "election", "redis", "redlock"
+	Workload string `json:"wl"`            // "mutex", "semaphore", "rwmutex", "election", "redis", "redlock", or a payments workload
 	G        int    `json:"g"`             // grant number within the worker, from 1
 	Kind     string `json:"k"`             // one of the kinds above
 	T        int64  `json:"t"`             // Unix nanoseconds

@@ -76,6 +76,7 @@ import (
 	"github.com/dlock-go/dlock/contrib/httpfence"
 	"github.com/dlock-go/dlock/fence"
 	"github.com/dlock-go/dlock/integration/cluster/history"
+	"github.com/dlock-go/dlock/integration/cluster/internal/httpserve"
 )
 
 func main() {
@@ -139,24 +140,8 @@ func run(listen, logPath, plant, caps, guard, grpcListen string) error {
 		lw.Close()
 		return err
 	}
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	fmt.Printf("LISTEN %s\n", ln.Addr())
 	log.Printf("listening on %s, log %s, caps %v, plant %q", ln.Addr(), logPath, capOf, plant)
-
-	select {
-	case <-ctx.Done():
-		err = nil
-	case err = <-served:
-	case err = <-r.failed:
-		err = fmt.Errorf("log: %w", err)
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if e := srv.Shutdown(sctx); err == nil && e != nil {
-		err = e
-	}
+	err = httpserve.Run(ctx, ln, r, r.failed, 5*time.Second)
 	if gs != nil {
 		gs.Stop()
 	}
@@ -285,7 +270,7 @@ func (r *resource) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.mux.S
 func (r *resource) record(rec history.Record) error {
 	err := r.log.Write(rec)
 	if err != nil {
-		r.failedOnce.Do(func() { r.failed <- err })
+		r.failedOnce.Do(func() { r.failed <- fmt.Errorf("log: %w", err) })
 	}
 	return err
 }

@@ -31,6 +31,12 @@
 //	leak-key      at start, put the key dlock/leak/w<ID> without a lease, and never delete it
 //	check-after-write  (-guard) the fenced write lands, without the guard, before the guard checks the token
 //
+// The payments workloads (-workload payments-journal, payments-nokeys,
+// payments-nopending, payments-short, with -payments URL) hold a Mutex and
+// charge orders at cmd/payments through an intent journal instead
+// (payments.go); -reconcile makes one grant that only finishes what
+// earlier holders left open.
+//
 // With -guard pg or redis (and -guard-dsn) the fenced register is on that
 // server, written through contrib/pgfence or contrib/redisfence, beside
 // the control's counter (guard.go).
@@ -75,7 +81,7 @@ type config struct {
 	permits   int
 	rounds    int
 	plant     string
-	try       float64 // the share of acquires by TryLock (TryAcquire, TryRLock), and for the mutex by LockAll
+	try       float64       // the share of acquires by TryLock (TryAcquire, TryRLock), and for the mutex by LockAll
 	payments  string        // the payments workloads' API (cmd/payments)
 	dwell     time.Duration // the payments workloads' dwell at "intent" and "outcome"
 	reconcile bool          // the payments workloads' final pass: one grant, Pending only
@@ -221,12 +227,13 @@ func runEtcd(stop context.Context, c config, hist *history.Writer) error {
 		}
 	}
 	log.Printf("%s on %q, ttl %v, hold %v, rounds %d, plant %q, guard %q", c.workload, c.lock, c.ttl, c.hold, c.rounds, c.plant, *guardName)
-	switch {
-	case history.IsPayments(c.workload):
-		err = w.runPayments(stop) // payments.go
-	case c.workload == "election":
+	if history.IsPayments(c.workload) {
+		w.pay = newPayments(w) // payments.go
+		defer w.pay.close()
+	}
+	if c.workload == "election" {
 		err = w.runElection(stop)
-	default:
+	} else {
 		err = w.runLocks(stop)
 	}
 	if err == nil {

@@ -28,8 +28,9 @@ type worker struct {
 	http  *http.Client
 	rng   *rand.Rand
 	ends  *sessionEnds
-	guard store // -guard's resource (guard.go); nil: the resource's /fenced
-	err   error // the first history write error: the run is void after it
+	guard store     // -guard's resource (guard.go); nil: the resource's /fenced
+	pay   *payments // the payments workloads' use of a grant (payments.go); nil for the others
+	err   error     // the first history write error: the run is void after it
 
 	g      int    // the last grant number used
 	grants int    // grants so far
@@ -129,8 +130,9 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// runLocks is the loop of the lock workloads, on one session at a time:
-// when it ends, the next acquire opens a new one.
+// runLocks is the loop of the lock workloads and of the payments
+// workloads (whose grants w.pay uses), on one session at a time: when it
+// ends, the next acquire opens a new one.
 func (w *worker) runLocks(stop context.Context) error {
 	var s *session.Session
 	var locker func(mode, via string) acquireFunc
@@ -178,7 +180,11 @@ func (w *worker) runLocks(stop context.Context) error {
 		if w.cfg.plant == plantHoldForever && w.grants == 0 {
 			hold = -1
 		}
-		lost, noticed := w.use(stop, g, h, mode, via, lease, granted, hold)
+		use := w.use
+		if w.pay != nil {
+			use = w.pay.use
+		}
+		lost, noticed := use(stop, g, h, mode, via, lease, granted, hold)
 		if lost {
 			dl, ok := w.ends.deadline(lease, h.Err())
 			w.lost(g, h, noticed, dl, ok)
@@ -222,7 +228,11 @@ func one(f func(context.Context) (lock.Held, error)) acquireFunc {
 // locker returns the acquire of the workload's lock on s, by mode and by
 // how (via: "", "try", "all").
 func (w *worker) locker(s *session.Session) (func(mode, via string) acquireFunc, error) {
-	switch w.cfg.workload {
+	wl := w.cfg.workload
+	if history.IsPayments(wl) {
+		wl = "mutex" // by Lock or TryLock (via() draws "all" for the mutex workload only)
+	}
+	switch wl {
 	case "mutex":
 		m, err := lock.New(s, w.cfg.lock)
 		if err != nil {
