@@ -3,9 +3,6 @@ package intent_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -106,20 +103,7 @@ func TestEtcdKeysBesideTheLock(t *testing.T) {
 // HTTP server on loopback, against the same call through Journal.Do on
 // etcd (3 members, fsync on), one grant throughout.
 func BenchmarkDo(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-	}))
-	defer srv.Close()
-	call := func(ctx context.Context, key string) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.Body.Close()
-	}
+	call := intenttest.HTTPCall(b)
 	cli := etcdtest.New(b, etcdtest.WithMembers(3), etcdtest.WithFsync()).Client(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -2,9 +2,6 @@ package pgfence_test
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -30,20 +27,7 @@ import (
 //     runs with fsync and synchronous_commit off: the cost without the
 //     disk.
 func BenchmarkJournalDo(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-	}))
-	defer srv.Close()
-	call := func(ctx context.Context, key string) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.Body.Close()
-	}
+	call := intenttest.HTTPCall(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	h := intenttest.NewHeld("bench/intent", 1)

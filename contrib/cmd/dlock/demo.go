@@ -116,29 +116,39 @@ func (d *demo) run(ctx context.Context) error {
 	return d.journal(ctx, p, cliA, cliB)
 }
 
+// holders starts A's session (TTL demoTTL, through cliA) and B's, and
+// returns A's and B's Mutex of name; done closes the sessions.
+func holders(ctx context.Context, cliA, cliB *clientv3.Client, name string) (lockA, lockB *lock.Mutex, done func(), err error) {
+	sessA, err := session.New(ctx, cliA, session.WithTTL(demoTTL))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sessB, err := session.New(ctx, cliB)
+	if err != nil {
+		closeQuietly(sessA)
+		return nil, nil, nil, err
+	}
+	done = func() { closeQuietly(sessB); closeQuietly(sessA) }
+	if lockA, err = lock.New(sessA, name, lock.WithOwner("A")); err == nil {
+		lockB, err = lock.New(sessB, name, lock.WithOwner("B"))
+	}
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return lockA, lockB, done, nil
+}
+
 // fencedWrite is the first act: A, paused past its session, writes to a
 // resource that trusts the lock and to one fenced by the lock's token.
 // cliA reaches etcd through p.
 func (d *demo) fencedWrite(ctx context.Context, p proxy.Server, cliA, cliB *clientv3.Client) error {
 	const name = "invoice-42"
-	sessA, err := session.New(ctx, cliA, session.WithTTL(demoTTL))
+	lockA, lockB, done, err := holders(ctx, cliA, cliB, name)
 	if err != nil {
 		return err
 	}
-	defer closeQuietly(sessA)
-	sessB, err := session.New(ctx, cliB)
-	if err != nil {
-		return err
-	}
-	defer closeQuietly(sessB)
-	lockA, err := lock.New(sessA, name, lock.WithOwner("A"))
-	if err != nil {
-		return err
-	}
-	lockB, err := lock.New(sessB, name, lock.WithOwner("B"))
-	if err != nil {
-		return err
-	}
+	defer done()
 
 	plain := &store{v: map[string]string{name: "draft"}}
 	fenced := &store{v: map[string]string{name: "draft"}}
@@ -161,7 +171,7 @@ func (d *demo) fencedWrite(ctx context.Context, p proxy.Server, cliA, cliB *clie
 	p.BlackholeTx()
 	p.BlackholeRx()
 	d.say("A", "PAUSES (think: a long GC pause, SIGSTOP, a VM migration): no heartbeats")
-	<-sessA.Done()
+	<-heldA.Done()
 	d.say("A", "session's local deadline passes; A would step down now, but it is paused and cannot look")
 
 	// 3. etcd expires A's lease, deleting its key; B is granted the lock.

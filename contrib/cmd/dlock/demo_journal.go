@@ -11,7 +11,6 @@ import (
 
 	"github.com/dlock-go/dlock/intent"
 	"github.com/dlock-go/dlock/lock"
-	"github.com/dlock-go/dlock/session"
 )
 
 // journal is the second act: the same pause, at a resource that cannot
@@ -45,24 +44,11 @@ func (d *demo) journal(ctx context.Context, p proxy.Server, cliA, cliB *clientv3
 	orders := &store{v: map[string]string{invoice: "unpaid"}} // today's "marked paid" record
 	d.say("", "starting a payment API, two copies, on loopback (no tokens; deduplicates by Idempotency-Key)")
 
-	sessA, err := session.New(ctx, cliA, session.WithTTL(demoTTL))
+	lockA, lockB, done, err := holders(ctx, cliA, cliB, name)
 	if err != nil {
 		return err
 	}
-	defer closeQuietly(sessA)
-	sessB, err := session.New(ctx, cliB)
-	if err != nil {
-		return err
-	}
-	defer closeQuietly(sessB)
-	lockA, err := lock.New(sessA, name, lock.WithOwner("A"))
-	if err != nil {
-		return err
-	}
-	lockB, err := lock.New(sessB, name, lock.WithOwner("B"))
-	if err != nil {
-		return err
-	}
+	defer done()
 	// Each client's journal is on its own etcd client: A's through the
 	// proxy, so that A's pause cuts it off too.
 	jA := intent.New(intent.NewEtcd(cliA, lock.DefaultPrefix))
@@ -132,7 +118,7 @@ func (d *demo) journal(ctx context.Context, p proxy.Server, cliA, cliB *clientv3
 	p.PauseTx()
 	p.PauseRx()
 	d.say("A", "PAUSES right after the calls, before it records them: no heartbeats")
-	<-sessA.Done()
+	<-heldA.Done()
 	d.say("A", "session's local deadline passes; A, paused, cannot look")
 
 	// 4. B is granted the lock.
