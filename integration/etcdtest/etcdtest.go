@@ -444,10 +444,23 @@ func (m *Member) releasePorts() {
 	m.held = nil
 }
 
-// Pause stops the member's process with SIGSTOP; Cont resumes it.
+// Pause stops the member's process with SIGSTOP, and returns once every
+// thread of it is stopped (on Linux); Cont resumes it.
 func (m *Member) Pause(t testing.TB) {
 	t.Helper()
 	if err := m.signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("etcdtest: pause %s: %v", m.name, err)
+	}
+	m.mu.Lock()
+	pid := 0
+	if m.cmd != nil && m.cmd.Process != nil {
+		pid = m.cmd.Process.Pid
+	}
+	m.mu.Unlock()
+	if pid == 0 {
+		return
+	}
+	if err := waitStopped(pid, 5*time.Second); err != nil {
 		t.Fatalf("etcdtest: pause %s: %v", m.name, err)
 	}
 }

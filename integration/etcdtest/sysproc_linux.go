@@ -1,11 +1,16 @@
 package etcdtest
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // setDeathSignal has the kernel kill the member when the test process
@@ -32,4 +37,52 @@ func reservePort(addr string) (io.Closer, error) {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), "reserved "+addr), nil
+}
+
+// waitStopped waits until every thread of process pid is stopped (state
+// T in /proc/pid/task/*/stat), for at most d: SIGSTOP is delivered
+// asynchronously, and a member still running for a few milliseconds
+// after Pause returned could commit a write that the test expects to
+// fail. The kernel sends no notice to a process that is not the parent's
+// waiter, so it polls, every millisecond.
+func waitStopped(pid int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		running, err := runningThreads(pid)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // the process is gone
+		}
+		if err != nil || running == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d threads of process %d still run %v after SIGSTOP", running, pid, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads of pid that are not stopped.
+func runningThreads(pid int) (int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		// The state follows the command name in parentheses, which may
+		// itself hold spaces or parentheses: read after the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) {
+			return 0, fmt.Errorf("/proc/%d/task/%s/stat: %q", pid, task.Name(), stat)
+		}
+		if s := stat[i+2]; s != 'T' && s != 't' && s != 'Z' && s != 'X' {
+			n++
+		}
+	}
+	return n, nil
 }
