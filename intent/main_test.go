@@ -6,4 +6,6 @@ import (
 	"github.com/dlock-go/dlock/internal/leaktest"
 )
 
+// TestMain checks for leaked goroutines (goleak, through leaktest, which
+// gives etcd's and go-redis's clients time to see their Close).
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
