@@ -150,13 +150,3 @@ func (m *Memory) Compact(ctx context.Context, before time.Time, limit int) (int,
 	}
 	return n, nil
 }
-
-// Len returns how many records (open and finished) m keeps for lock name.
-func (m *Memory) Len(name string) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l := m.locks[name]; l != nil {
-		return len(l.recs)
-	}
-	return 0
-}
