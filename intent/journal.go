@@ -83,8 +83,11 @@ func (j *Journal) Do(ctx context.Context, h lock.Held, op string, fn func(ctx co
 	if fn == nil {
 		return errors.New("intent: Do: nil fn")
 	}
+	if err := checkOp(op); err != nil {
+		return err
+	}
 	what := strconv.Quote(op)
-	if err := j.check(ctx, h, what, op); err != nil {
+	if err := j.check(ctx, h, what); err != nil {
 		return err
 	}
 	t := h.Token()
@@ -157,7 +160,7 @@ func refusal(what, step string, err error) error {
 // and skip the call if it happened; Do still records the outcome. Pending
 // refuses a superseded or ended grant as Do does.
 func (j *Journal) Pending(ctx context.Context, h lock.Held) ([]Intent, error) {
-	if err := j.check(ctx, h, "Pending", ""); err != nil {
+	if err := j.check(ctx, h, "Pending"); err != nil {
 		return nil, err
 	}
 	recs, err := j.store.Open(ctx, h)
@@ -196,16 +199,11 @@ func (j *Journal) compact(ctx context.Context) {
 	_, _ = j.store.Compact(ctx, now.Add(-j.retention), 100)
 }
 
-// check refuses bad input, an ended grant and an ended ctx; what names the
-// call in errors, op is the op to check ("" for Pending).
-func (j *Journal) check(ctx context.Context, h lock.Held, what, op string) error {
+// check refuses a nil or tokenless grant, an ended grant and an ended
+// ctx; what names the call in errors.
+func (j *Journal) check(ctx context.Context, h lock.Held, what string) error {
 	if h == nil {
 		return fmt.Errorf("intent: %s: nil lock.Held", what)
-	}
-	if what != "Pending" {
-		if err := checkOp(op); err != nil {
-			return err
-		}
 	}
 	if err := h.Token().Check(); err != nil {
 		return fmt.Errorf("intent: %s: the grant has no usable token: %w", what, err)
